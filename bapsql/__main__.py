@@ -1,0 +1,3 @@
+from bapsql.cli import main
+
+main()

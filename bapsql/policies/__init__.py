@@ -1,0 +1,1 @@
+"""bapsql.policies"""
