@@ -63,3 +63,6 @@ class Task:
     difficulty: str = ""
     source: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # An obvious but possibly over-budget query for the question (e.g. listing raw rows instead of aggregating),
+    # when the benchmark generator knows one. Like gold_sql, only scoring and the workflow oracle may read it.
+    naive_sql: str = ""
