@@ -25,6 +25,10 @@ class SQLRejected(BapsqlError):
     several statements, over-long SQL). The shield converts it into a typed ``rejected`` result; callers outside the
     shield see the exception."""
 
+    def __init__(self, message: str, code: str = "rejected") -> None:
+        super().__init__(message)
+        self.code = code  # machine code, e.g. "write", "pragma", "multiple_statements", "function:<name>"
+
 
 class DataError(BapsqlError):
     """Raised when a benchmark folder or task file is malformed (unknown layout, unreadable JSON, missing fields)."""
@@ -48,3 +52,24 @@ class WeightSyncError(BapsqlError):
 class SQLExecutionError(BapsqlError):
     """Raised by the sandbox when SQLite reports an error while preparing or running an allowed statement (syntax
     error, unknown table or column, type error). The shield converts it into a typed ``error`` result."""
+
+
+class RunLogError(BapsqlError):
+    """Raised when trajectory logs cannot be read for analysis: a run directory is missing, holds no
+    ``episodes/**/*.parquet`` files, or holds a file whose columns do not fit the episodes/turns schema."""
+
+
+class ChatTemplateError(BapsqlError):
+    """Raised when a model folder's chat template fails to compile or render (including the template's own
+    ``raise_exception``), cannot render observations as an appendable suffix, or when a token-in/token-out `Segment`
+    is fed out of order (two completions without an observation between them)."""
+
+
+class LogRowError(BapsqlError):
+    """Raised by the trajectory writer when a row does not fit the episodes/turns schema: an unknown column, a
+    missing or null non-nullable column, a value of the wrong type, or a partition value that is not a safe name."""
+
+
+class EnvStateError(BapsqlError):
+    """Raised by the episode environment when it is driven out of order: `step()` before `reset()`, or after the
+    episode has terminated or been truncated. (Bad model output is never an error: it is an invalid action.)"""

@@ -1,0 +1,131 @@
+"""Estimator and behaviour diagnostics: p95/p50 coverage, warning → rewrite → success, rejection recovery, failures.
+
+- Coverage (turns table): for rows, result tokens and VM steps, the share of turns with ``actual <= estimate``
+  among turns where both are present, for the p95 and the p50 estimate, per method (pooled over budgets) and per
+  method × budget.
+- Warning flow (episodes table), per method × budget: share of episodes with at least one policy-visible warning;
+  of those, the share with at least one rewrite; of warned-and-rewritten episodes, the success share; and the
+  success share of episodes with at least one shield preflight rejection ("recovery"). Descriptive frequencies.
+- Failure taxonomy (episodes ``failure`` column): counts per kind per method × budget (successes excluded).
+Percentages are NaN when their denominator is zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from bapsql.analysis.metrics import level_key
+
+QUANTITIES: tuple[str, ...] = ("rows", "result_tokens", "vm_steps")  # turns columns actual_<q>, est_<q>_p50/p95
+
+
+def coverage(actual: np.ndarray, estimate: np.ndarray) -> tuple[int, float]:
+    """``(n, percent)``: how many ``(N,)`` pairs have both values finite, and the percent with actual ≤ estimate."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(estimate, dtype=np.float64)
+    mask = np.isfinite(a) & np.isfinite(e)
+    n = int(mask.sum())
+    return n, (100.0 * float((a[mask] <= e[mask]).mean()) if n else math.nan)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Estimator coverage of one quantity for a method (``budget`` None = pooled over budgets), in percent."""
+
+    method: str
+    budget: str | None
+    quantity: str
+    n_p95: int
+    p95: float
+    n_p50: int
+    p50: float
+
+
+def estimator_coverage(turns: pd.DataFrame) -> tuple[Coverage, ...]:
+    """Coverage per method (pooled) and per method × budget for every quantity that has any estimate."""
+    out = []
+    for method, by_method in turns.groupby("method", sort=True):
+        by_budget = sorted(by_method.groupby("budget"), key=lambda bg: level_key(str(bg[0])))
+        slices = [(None, by_method)] + [(str(b), g) for b, g in by_budget]
+        for budget, frame in slices:
+            for quantity in QUANTITIES:
+                actual = frame[f"actual_{quantity}"].astype("float64").to_numpy()
+                n95, c95 = coverage(actual, frame[f"est_{quantity}_p95"].astype("float64").to_numpy())
+                n50, c50 = coverage(actual, frame[f"est_{quantity}_p50"].astype("float64").to_numpy())
+                if n95 or n50:
+                    out.append(Coverage(str(method), budget, quantity, n95, c95, n50, c50))
+    return tuple(out)
+
+
+def _pct(num: int, den: int) -> float:
+    return 100.0 * num / den if den else math.nan
+
+
+@dataclass(frozen=True)
+class WarningFlow:
+    """Warning → rewrite → success and rejection-recovery counts and percentages for one method × budget."""
+
+    method: str
+    budget: str
+    episodes: int
+    warned: int
+    warned_rewritten: int
+    warned_rewritten_success: int
+    rejected: int
+    rejected_success: int
+    warned_pct: float  # of episodes
+    rewrite_given_warning_pct: float  # of warned
+    success_given_rewrite_pct: float  # of warned and rewritten
+    recovery_pct: float  # of rejected
+
+
+def warning_flow(episodes: pd.DataFrame) -> tuple[WarningFlow, ...]:
+    """`WarningFlow` per (method, budget)."""
+    df = pd.DataFrame(
+        {
+            "method": episodes["method"],
+            "budget": episodes["budget"],
+            "n": 1,
+            "w": episodes["warnings"] > 0,
+            "wr": (episodes["warnings"] > 0) & (episodes["rewrites"] > 0),
+            "rej": episodes["rejections"] > 0,
+        }
+    )
+    success = episodes["success"].astype(bool)
+    df["wrs"] = df["wr"] & success
+    df["rejs"] = df["rej"] & success
+    agg = df.groupby(["method", "budget"], sort=True)[["n", "w", "wr", "wrs", "rej", "rejs"]].sum()
+    out = []
+    for (method, budget), r in agg.iterrows():
+        n, w, wr, wrs, rej, rejs = (int(r[c]) for c in ("n", "w", "wr", "wrs", "rej", "rejs"))
+        out.append(
+            WarningFlow(
+                str(method), str(budget), n, w, wr, wrs, rej, rejs,
+                _pct(w, n), _pct(wr, w), _pct(wrs, wr), _pct(rejs, rej),
+            )
+        )
+    return tuple(sorted(out, key=lambda w: (w.method, level_key(w.budget))))
+
+
+@dataclass(frozen=True)
+class FailureCounts:
+    """Failure kinds of one method × budget: ``counts`` maps kind → episodes (successes, kind "", excluded)."""
+
+    method: str
+    budget: str
+    episodes: int
+    counts: Mapping[str, int]
+
+
+def failure_taxonomy(episodes: pd.DataFrame) -> tuple[FailureCounts, ...]:
+    """`FailureCounts` per (method, budget); kinds appear as logged (unknown kinds are kept, not dropped)."""
+    out = []
+    for (method, budget), g in episodes.groupby(["method", "budget"], sort=True):
+        kinds = g.loc[g["failure"] != "", "failure"].value_counts()
+        out.append(FailureCounts(str(method), str(budget), len(g), {str(k): int(v) for k, v in sorted(kinds.items())}))
+    return tuple(sorted(out, key=lambda f: (f.method, level_key(f.budget))))

@@ -1,0 +1,82 @@
+"""Estimator coverage, warning → rewrite → success flow, rejection recovery and the failure taxonomy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hst
+
+from bapsql.analysis.diagnostics import coverage, estimator_coverage, failure_taxonomy, warning_flow
+from tests.analysis.helpers import episodes_table, turns_table
+
+
+def test_coverage_counts_only_rows_with_both_values():
+    n, pct = coverage(np.array([1.0, 5.0, np.nan, 3.0, 10.0]), np.array([2.0, 4.0, 9.0, np.nan, 10.0]))
+    assert n == 3 and pct == pytest.approx(100 * 2 / 3)
+    n, pct = coverage(np.array([np.nan]), np.array([1.0]))
+    assert n == 0 and math.isnan(pct)
+
+
+@given(hst.lists(hst.tuples(hst.floats(0, 1e6), hst.floats(0, 1e6)), min_size=1, max_size=30))
+def test_coverage_matches_loop(pairs):
+    a = np.array([p[0] for p in pairs])
+    e = np.array([p[1] for p in pairs])
+    n, pct = coverage(a, e)
+    assert n == len(pairs)
+    assert pct == pytest.approx(100 * sum(x <= y for x, y in pairs) / len(pairs))
+
+
+def test_estimator_coverage_per_method_and_budget():
+    rows = [
+        dict(method="m", budget="XS", actual_rows=5, est_rows_p50=4.0, est_rows_p95=10.0,
+             actual_vm_steps=100, est_vm_steps_p50=200.0, est_vm_steps_p95=300.0),
+        dict(method="m", budget="XS", actual_rows=20, est_rows_p50=4.0, est_rows_p95=10.0),
+        dict(method="m", budget="S", actual_rows=3, est_rows_p50=4.0, est_rows_p95=10.0),
+        dict(method="m", budget="S", action="inspect_schema"),  # no estimate, no actual: ignored
+    ]
+    cov = {(c.budget, c.quantity): c for c in estimator_coverage(turns_table(rows).to_pandas())}
+    pooled = cov[(None, "rows")]
+    assert (pooled.n_p95, pooled.n_p50) == (3, 3)
+    assert (pooled.p95, pooled.p50) == (pytest.approx(200 / 3), pytest.approx(100 / 3))
+    assert cov[("XS", "rows")].p95 == pytest.approx(50.0)
+    assert cov[("S", "rows")].p50 == pytest.approx(100.0)
+    assert cov[(None, "vm_steps")].n_p95 == 1 and cov[(None, "vm_steps")].p95 == 100.0
+    assert (None, "result_tokens") not in cov  # nothing logged for it
+    assert [k for k in cov if k[1] == "rows"] == [(None, "rows"), ("XS", "rows"), ("S", "rows")]
+
+
+def test_warning_flow_conditional_frequencies():
+    rows = [
+        dict(method="m", budget="XS", task_id="a", warnings=1, rewrites=1, success=True),
+        dict(method="m", budget="XS", task_id="b", warnings=2, rewrites=1, success=False, rejections=1),
+        dict(method="m", budget="XS", task_id="c", warnings=1, rewrites=0, success=True, rejections=2),
+        dict(method="m", budget="XS", task_id="d", warnings=0, rewrites=1, success=True),
+    ]
+    (w,) = warning_flow(episodes_table(rows).to_pandas())
+    assert (w.episodes, w.warned, w.warned_rewritten, w.warned_rewritten_success) == (4, 3, 2, 1)
+    assert (w.rejected, w.rejected_success) == (2, 1)
+    assert w.warned_pct == pytest.approx(75.0)
+    assert w.rewrite_given_warning_pct == pytest.approx(200 / 3)
+    assert w.success_given_rewrite_pct == pytest.approx(50.0)
+    assert w.recovery_pct == pytest.approx(50.0)
+
+
+def test_warning_flow_without_warnings_is_nan_not_an_error():
+    (w,) = warning_flow(episodes_table([dict(method="m", budget="S", task_id="a", success=True)]).to_pandas())
+    assert w.warned == 0 and math.isnan(w.rewrite_given_warning_pct) and math.isnan(w.recovery_pct)
+
+
+def test_failure_taxonomy_counts_kinds_in_ladder_order():
+    rows = [
+        dict(method="m", budget="S", task_id="a", success=False, failure="terminal_rejection"),
+        dict(method="m", budget="S", task_id="b", success=False, failure="terminal_rejection"),
+        dict(method="m", budget="S", task_id="c", success=True, failure=""),
+        dict(method="m", budget="XS", task_id="a", success=False, failure="some_future_kind"),
+    ]
+    out = failure_taxonomy(episodes_table(rows).to_pandas())
+    assert [f.budget for f in out] == ["XS", "S"]
+    assert out[0].counts == {"some_future_kind": 1}
+    assert out[1].episodes == 3 and out[1].counts == {"terminal_rejection": 2}
