@@ -1,0 +1,220 @@
+"""The atomic, partitioned Parquet trajectory writer (bapsql/logs/writer.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bapsql.errors import LogRowError
+from bapsql.logs import writer as writer_mod
+from bapsql.logs.reader import read_table
+from bapsql.logs.schema import EPISODES_SCHEMA, SCHEMA_VERSION, TURNS_SCHEMA
+from bapsql.logs.writer import TrajectoryWriter, episode_id, existing_episode_ids, validate_row, write_part
+from tests.logs._rows import episode_row, turn_rows
+
+RUN = "sweep-1"
+
+
+def _visible(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_round_trip_of_every_column(tmp_path, nulls):
+    episodes = [episode_row(RUN, m, b, 0, t, nulls=nulls) for m in ("raw", "bap_sql") for b in ("XS", "S")
+                for t in range(3)]
+    with TrajectoryWriter(tmp_path, RUN) as w:
+        for e in episodes:
+            w.add_episode(e, turn_rows(e, nulls=nulls))
+    expected = sorted((validate_row("episodes", e) for e in episodes), key=lambda r: r["episode_id"])
+    got = sorted(read_table(tmp_path, "episodes").to_pylist(), key=lambda r: r["episode_id"])
+    assert got == expected
+    assert all(r["schema_version"] == SCHEMA_VERSION for r in got)
+    turns = [validate_row("turns", t) for e in episodes for t in turn_rows(e, nulls=nulls)]
+    key = lambda r: (r["episode_id"], r["turn"])  # noqa: E731
+    assert sorted(read_table(tmp_path, "turns").to_pylist(), key=key) == sorted(turns, key=key)
+    if nulls:
+        assert all(r["official_ex"] is None and r["answer"] is None for r in got)
+    assert w.rows_written == {"episodes": len(episodes), "turns": len(turns)}
+
+
+def test_layout_is_hive_partitioned_and_files_hold_no_partition_columns(tmp_path):
+    with TrajectoryWriter(tmp_path, RUN) as w:
+        e = episode_row(RUN, "bap_sql", "XS", 1, 0)
+        w.add_episode(e, turn_rows(e, 2))
+    assert _visible(tmp_path) == ["episodes/method=bap_sql/budget=XS/part-00000.parquet",
+                                  "turns/method=bap_sql/budget=XS/part-00000.parquet"]
+    schema = pq.read_schema(tmp_path / "episodes/method=bap_sql/budget=XS/part-00000.parquet")
+    assert "method" not in schema.names and "budget" not in schema.names
+    assert schema.metadata[b"bapsql.schema_version"] == str(SCHEMA_VERSION).encode()
+
+
+@pytest.mark.parametrize("column", [f.name for f in EPISODES_SCHEMA if not f.nullable and f.name not in
+                                    ("schema_version", "run")])
+def test_missing_or_null_non_nullable_episode_column_is_named(column):
+    row = episode_row(RUN, "raw", "XS", 0, 0)
+    del row[column]
+    with pytest.raises(LogRowError, match=f"missing non-nullable column.*'{column}'"):
+        validate_row("episodes", row, RUN)
+    row[column] = None
+    with pytest.raises(LogRowError, match=f"column '{column}' is not nullable"):
+        validate_row("episodes", row, RUN)
+
+
+@pytest.mark.parametrize("column", [f.name for f in TURNS_SCHEMA if not f.nullable and f.name not in
+                                    ("schema_version", "run")])
+def test_missing_non_nullable_turn_column_is_named(column):
+    row = turn_rows(episode_row(RUN, "raw", "XS", 0, 0), 1)[0]
+    del row[column]
+    with pytest.raises(LogRowError, match=f"'{column}'"):
+        validate_row("turns", row, RUN)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": "red"}, r"unknown column\(s\) \['colour'\]"),
+    ({"queries": "3"}, "column 'queries' expects int64, got str"),
+    ({"queries": True}, "column 'queries' expects int64"),
+    ({"reward": "high"}, "column 'reward' expects double"),
+    ({"correct": 1}, "column 'correct' expects bool"),
+    ({"task_id": 7}, "column 'task_id' expects string"),
+    ({"sample": 2**40}, "column 'sample' value .* does not fit int32"),
+    ({"failure": "bad_luck"}, "column 'failure' value 'bad_luck' is not one of"),
+    ({"method": "raw/agent"}, "column 'method' value 'raw/agent' must be a safe path name"),
+    ({"budget": "..", }, "must be a safe path name"),
+    ({"run": "other"}, "column 'run' is 'other' but this writer writes run"),
+])
+def test_bad_episode_values_are_rejected_with_the_column_named(change, message):
+    row = {**episode_row(RUN, "raw", "XS", 0, 0), **change}
+    with pytest.raises(LogRowError, match=message):
+        validate_row("episodes", row, RUN)
+
+
+def test_numpy_scalars_are_accepted():
+    row = {**episode_row(RUN, "raw", "XS", 0, 0), "queries": np.int64(3), "reward": np.float32(0.5),
+           "correct": np.bool_(True)}
+    out = validate_row("episodes", row, RUN)
+    assert (out["queries"], out["reward"], out["correct"]) == (3, 0.5, True)
+    assert type(out["queries"]) is int and type(out["correct"]) is bool
+
+
+def test_turn_action_vocabulary():
+    row = {**turn_rows(episode_row(RUN, "raw", "XS", 0, 0), 1)[0], "action": "drop_table"}
+    with pytest.raises(LogRowError, match="column 'action' value 'drop_table'"):
+        validate_row("turns", row, RUN)
+
+
+def test_flush_every_and_close(tmp_path):
+    w = TrajectoryWriter(tmp_path, RUN, flush_every=4)
+    w.add_episode(episode_row(RUN, "raw", "XS", 0, 0))
+    w.add_episode(episode_row(RUN, "raw", "XS", 0, 1))
+    assert existing_episode_ids(tmp_path) == set()
+    w.add_episode(episode_row(RUN, "raw", "XS", 0, 2), turn_rows(episode_row(RUN, "raw", "XS", 0, 2), 1))
+    assert len(existing_episode_ids(tmp_path)) == 3  # 4 buffered rows → flushed
+    w.add_episode(episode_row(RUN, "raw", "XS", 0, 3))
+    w.close()
+    assert len(existing_episode_ids(tmp_path)) == 4
+    with pytest.raises(LogRowError, match="closed"):
+        w.add_episode(episode_row(RUN, "raw", "XS", 0, 4))
+    assert [p.parent.parent.parent.name for p in w.files[:2]] == ["turns", "episodes"]  # turns land first
+
+
+def test_resume_skips_written_episodes_and_continues_numbering(tmp_path):
+    tasks = range(6)
+    with TrajectoryWriter(tmp_path, RUN) as w:
+        for t in tasks[:3]:
+            w.add_episode(episode_row(RUN, "raw", "XS", 0, t))
+    done = existing_episode_ids(tmp_path)
+    assert done == {episode_id(RUN, "raw", "XS", 0, f"t{t}", 0) for t in tasks[:3]}
+    with TrajectoryWriter(tmp_path, RUN) as w:  # the resumed sweep
+        for t in tasks:
+            row = episode_row(RUN, "raw", "XS", 0, t)
+            if row["episode_id"] not in done:
+                w.add_episode(row)
+    assert _visible(tmp_path / "episodes") == ["method=raw/budget=XS/part-00000.parquet",
+                                               "method=raw/budget=XS/part-00001.parquet"]
+    ids = read_table(tmp_path, "episodes", columns=["episode_id"]).column("episode_id").to_pylist()
+    assert sorted(ids) == sorted({episode_id(RUN, "raw", "XS", 0, f"t{t}", 0) for t in tasks})
+    assert existing_episode_ids(tmp_path / "nowhere") == set()
+
+
+def test_episode_id_is_stable_and_distinct():
+    # Ids are stored on disk and used to resume sweeps: they must never change across versions or machines.
+    assert episode_id("run", "bap_sql", "XS", 1, "t1", 0) == "63ab9d06d34a16b5e0f4"
+    ids = {episode_id("run", m, b, s, t, k) for m in ("a", "b") for b in ("XS", "S") for s in (0, 1)
+           for t in ("t1", "t2") for k in (0, 1)}
+    assert len(ids) == 32
+
+
+def test_a_crashed_write_leaves_no_visible_file(tmp_path, monkeypatch):
+    folder = tmp_path / "episodes" / "method=raw" / "budget=XS"
+    real = pq.write_table
+
+    def crash(table, where, **kw):
+        where.write(b"PAR1 partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer_mod.pq, "write_table", crash)
+    table = pa.table({"x": [1, 2]})
+    with pytest.raises(OSError, match="disk full"):
+        write_part(folder, table)
+    assert _visible(tmp_path) == []
+    monkeypatch.setattr(writer_mod.pq, "write_table", real)
+    assert write_part(folder, table).name == "part-00000.parquet"
+
+
+def test_a_failed_flush_keeps_its_rows_for_the_next(tmp_path, monkeypatch):
+    real = pq.write_table
+    calls = []
+
+    def flaky(table, where, **kw):
+        calls.append(table.num_rows)
+        if len(calls) == 1:
+            raise OSError("transient I/O error")
+        return real(table, where, **kw)
+
+    monkeypatch.setattr(writer_mod.pq, "write_table", flaky)
+    w = TrajectoryWriter(tmp_path, RUN)
+    e = episode_row(RUN, "raw", "XS", 0, 0)
+    w.add_episode(e, turn_rows(e, 3))
+    with pytest.raises(OSError, match="transient"):
+        w.flush()
+    assert existing_episode_ids(tmp_path) == set()
+    w.close()
+    assert existing_episode_ids(tmp_path) == {e["episode_id"]}
+    assert read_table(tmp_path, "turns").num_rows == 3 and w.rows_written == {"episodes": 1, "turns": 3}
+
+
+def test_stale_temp_files_are_skipped_and_hidden(tmp_path):
+    folder = tmp_path / "episodes" / "method=raw" / "budget=XS"
+    folder.mkdir(parents=True)
+    (folder / ".part-00000.parquet.tmp").write_bytes(b"left by a killed writer")
+    with TrajectoryWriter(tmp_path, RUN) as w:
+        w.add_episode(episode_row(RUN, "raw", "XS", 0, 0))
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [".part-00000.parquet.tmp", "part-00001.parquet"]
+    assert read_table(tmp_path, "episodes").num_rows == 1
+
+
+def test_concurrent_writers_never_share_a_part_number(tmp_path):
+    folder = tmp_path / "turns" / "method=raw" / "budget=S"
+    barrier = threading.Barrier(4)
+    written: list = []
+
+    def work(k):
+        barrier.wait()
+        for i in range(5):
+            written.append(write_part(folder, pa.table({"writer": [k], "i": [i]})))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(written)) == 20
+    assert sorted(p.name for p in folder.iterdir()) == [f"part-{n:05d}.parquet" for n in range(20)]
+    rows = pa.concat_tables([pq.read_table(p) for p in written]).to_pylist()
+    assert sorted((r["writer"], r["i"]) for r in rows) == [(k, i) for k in range(4) for i in range(5)]
