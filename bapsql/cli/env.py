@@ -1,0 +1,187 @@
+"""``bapsql exec`` and ``bapsql episode``: drive the budgeted environment from the command line.
+
+Contract (scripts rely on it):
+
+- ``bapsql exec --db F --sql Q --budget LEVEL --json`` prints ONE JSON object with ``status`` (ok | truncated |
+  rejected | error), ``rows`` (the shown rows), ``columns``, ``message``, ``ledger`` (spent ``queries``,
+  ``result_tokens``, ``vm_steps``, ``turns``, ``context_tokens``, plus ``remaining``). It is one execute_query turn
+  of a fresh episode at that budget, through the real environment. Exit 0 for ok / truncated / rejected, 2 for an
+  SQL error or an unusable database, never a traceback.
+- ``bapsql episode --db F --question TEXT --budget XS [--actions FILE] [--gold-sql SQL] [--json]`` plays actions
+  (one per line: a one-line tool call, or a JSON object ``{"name": .., "arguments": ..}``; without ``--actions``
+  they are read from stdin until the episode ends or EOF), printing every observation, then the ledger and summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+
+class _Exit2(click.ClickException):
+    """A clear one-line error with exit status 2."""
+
+    exit_code = 2
+
+
+def _counter(spec: str):
+    from bapsql.errors import ConfigError
+    from bapsql.tokens import load_token_counter
+
+    try:
+        if spec == "default":
+            from bapsql.db.handle import default_counter
+
+            return default_counter()
+        return load_token_counter(spec)
+    except ConfigError as exc:
+        raise click.UsageError(f"--tokenizer: {exc}") from None
+
+
+def _budget(level: str):
+    from bapsql.budgets import load_ladder
+    from bapsql.errors import ConfigError
+
+    try:
+        return load_ladder()[level]
+    except ConfigError as exc:
+        raise click.UsageError(f"--budget: {exc}") from None
+
+
+def _jsonable(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return f"<blob {len(v)} bytes>"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = "", evidence: str = ""):
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.errors import DatabaseError
+    from bapsql.types import Task
+
+    if not db.is_file():
+        raise _Exit2(f"database file not found: {db}; pass an existing SQLite file with --db")
+    budget = _budget(level)
+    env = BudgetedSQLEnv(token_counter=_counter(tokenizer))
+    task = Task(task_id="cli", db_id=db.stem, db_path=str(db), question=question, gold_sql=gold_sql,
+                evidence=evidence)
+    try:
+        observation, info = env.reset(task, budget)
+    except DatabaseError as exc:
+        raise _Exit2(str(exc)) from None
+    return env, observation, info
+
+
+_TOKENIZER = click.option("--tokenizer", default="default", show_default=True,
+                          help="token counter: 'default' (packaged tokenizer), 'regex', or a tokenizer.json path")
+_BUDGET = click.option("--budget", "level", default="XS", show_default=True, help="budget level: XS, S, M or L")
+
+
+@click.command("exec")
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database file (opened read-only)")
+@click.option("--sql", required=True, help="one read-only SELECT statement")
+@_BUDGET
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@_TOKENIZER
+def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str) -> None:
+    """Run one query as one execute_query turn of a fresh episode at a budget (shield, caps and full accounting)."""
+    from bapsql.env.actions import ExecuteQuery, render_action
+
+    env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer)
+    if env.done:
+        raise _Exit2(f"the episode could not start at budget {level}: {observation}")
+    result = env.step(render_action(ExecuteQuery(sql)))
+    info = result.info
+    shield = info["shield"] or {}
+    block = env.evidence.get(info["evidence_ref"]) if info["evidence_ref"] else None
+    status = info["status"] or "rejected"
+    spent, remaining = info["ledger"]["spent"], info["ledger"]["remaining"]
+    out = {
+        "status": status,
+        "columns": list(block.columns) if block else list(shield.get("columns", ())),
+        "rows": _jsonable(list(block.rows)) if block else [],
+        "rows_total": shield.get("rows_total"),
+        "truncated_by": block.truncated_by if block else shield.get("truncated_by"),
+        "rejection": shield.get("rejection") or ("no_queries" if status == "rejected" and not shield else None),
+        "message": info["message"],
+        "evidence_ref": info["evidence_ref"],
+        "ledger": {**spent, "remaining": remaining},
+        "observation": result.observation,
+    }
+    if as_json:
+        click.echo(json.dumps(out, ensure_ascii=False))
+    else:
+        click.echo(result.observation)
+    if status == "error":
+        sys.exit(2)
+
+
+def _action_text(line: str) -> str:
+    """A line of an actions file → the completion text handed to the environment."""
+    from bapsql.env.actions import InvalidAction, action_from_json, render_action
+
+    stripped = line.strip()
+    if stripped.startswith("{"):
+        try:
+            action = action_from_json(json.loads(stripped))
+        except ValueError:
+            return stripped  # not JSON after all: the environment explains the invalid action
+        return stripped if isinstance(action, InvalidAction) else render_action(action)
+    return stripped
+
+
+@click.command("episode")
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database file (opened read-only)")
+@click.option("--question", required=True, help="the natural-language question")
+@_BUDGET
+@click.option("--actions", "actions_file", type=click.File("r"), default=None,
+              help="file with one action per line (tool-call text or JSON {name, arguments}); default: stdin")
+@click.option("--gold-sql", default="", help="gold SQL: when given, the answer is scored against its result")
+@click.option("--evidence", "hint", default="", help="an evidence hint shown with the question")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (observations, turns, summary)")
+@_TOKENIZER
+def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str, hint: str, as_json: bool,
+                tokenizer: str) -> None:
+    """Play a scripted (or interactive) episode and print every observation, the final ledger and the summary."""
+    import dataclasses
+
+    env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint)
+    source = actions_file if actions_file is not None else sys.stdin
+    steps = [{"turn": 0, "action": "reset", "observation": observation}]
+    if not as_json:
+        click.echo(f"=== system ===\n{env.messages[0]['content']}\n=== observation ===\n{observation}")
+    for line in source:
+        if env.done:
+            break
+        if not line.strip():
+            continue
+        result = env.step(_action_text(line))
+        steps.append({"turn": result.info["turn"], "action": result.info["action"], "valid": result.info["valid"],
+                      "observation": result.observation, "reward": result.reward})
+        if not as_json:
+            click.echo(f"=== turn {result.info['turn']}: {result.info['action']} ===\n{result.observation}")
+    summary = dataclasses.asdict(env.summary())
+    ledger = env.ledger.snapshot().to_dict()
+    if as_json:
+        out = {"steps": steps, "turns": [r.to_row() for r in env.turn_records], "ledger": ledger,
+               "summary": summary, "done": env.done}
+        click.echo(json.dumps(_jsonable(out), ensure_ascii=False))
+        return
+    click.echo("=== ledger (spent / budget) ===")
+    for ch, spent in ledger["spent"].items():
+        click.echo(f"{ch}: {spent} / {ledger['budget'][ch]}")
+    click.echo("=== summary ===")
+    if not env.done:
+        click.echo("(the actions ran out before the episode ended)")
+    for k, v in summary.items():
+        click.echo(f"{k}: {v}")

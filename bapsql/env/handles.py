@@ -1,0 +1,70 @@
+"""A small warm cache of database handles for environments (DESIGN §2: workers keep connections and catalogs warm).
+
+`DatabaseHandles.get(path)` opens a `bapsql.db.handle.DatabaseHandle` (sandbox, catalog, estimator, shield) on
+first use and keeps it open; beyond ``max_open`` handles the least recently used one is closed. One cache serves
+many episodes over the same databases; it is not thread-safe (one per worker).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bapsql.tokens import TokenCounter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bapsql.db.calibration import Calibration
+    from bapsql.db.handle import DatabaseHandle
+
+
+class DatabaseHandles:
+    """LRU cache of open `DatabaseHandle` objects keyed by resolved database path."""
+
+    def __init__(
+        self,
+        token_counter: TokenCounter,
+        *,
+        calibration: "Calibration | None" = None,
+        cache_dir: Path | None = None,
+        max_open: int = 16,
+    ) -> None:
+        if max_open < 1:
+            raise ValueError(f"max_open must be at least 1, got {max_open}")
+        self.token_counter = token_counter
+        self.calibration = calibration
+        self.cache_dir = cache_dir
+        self.max_open = max_open
+        self._open: OrderedDict[str, DatabaseHandle] = OrderedDict()
+
+    def get(self, db_path: str | Path) -> "DatabaseHandle":
+        """The handle of ``db_path`` (opened on first use; `DatabaseError` if the file cannot be opened)."""
+        from bapsql.db.handle import open_database
+
+        key = str(Path(db_path).expanduser().resolve())
+        handle = self._open.get(key)
+        if handle is not None:
+            self._open.move_to_end(key)
+            return handle
+        handle = open_database(key, token_counter=self.token_counter, calibration=self.calibration,
+                               cache_dir=self.cache_dir)
+        self._open[key] = handle
+        while len(self._open) > self.max_open:
+            _, old = self._open.popitem(last=False)
+            old.close()
+        return handle
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def close(self) -> None:
+        """Close every open handle."""
+        while self._open:
+            _, h = self._open.popitem()
+            h.close()
+
+    def __enter__(self) -> "DatabaseHandles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,215 @@
+"""Typed records of an episode: environment options, step results, per-turn records and the episode summary.
+
+`TurnRecord` and `EpisodeSummary` carry every field of the trajectory log tables (`bapsql.logs.schema`) that the
+environment can know; `to_row()` gives the columns by their schema names (the runner adds run, method, seed, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from bapsql.env.actions import TOOL_NAMES
+from bapsql.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bapsql.env.ledger import LedgerSnapshot
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """Knobs of the environment (strict: build from YAML with `bapsql.config.from_mapping`).
+
+    ``completion_reserve``: context tokens every observation leaves free for the next completion (observations are
+    cut to keep it; when even a minimal observation cannot, the episode truncates). ``row_cap`` / ``byte_cap``: the
+    shield's visible-output caps per execution. ``show_dashboard``: append the remaining-budget line to observations
+    (the Raw-agent baseline hides it). ``allowed_actions``: the tools this interface offers (others are invalid
+    actions; e.g. the Dashboard baseline drops estimate_query and rewrite_query). ``gold_vm_step_cap``: VM-step cap
+    for computing a task's gold answer from its gold SQL when the task carries none (never charged).
+    ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the cost-matched placebo) shows another
+    query's p50/p95 drawn from a seeded pool, while the shield's preflight and every charge keep the true estimate.
+    """
+
+    completion_reserve: int = 64
+    row_cap: int = 200
+    byte_cap: int = 65_536
+    show_dashboard: bool = True
+    allowed_actions: tuple[str, ...] = TOOL_NAMES
+    gold_vm_step_cap: int = 200_000_000
+    estimate_view: str = "true"
+
+    def __post_init__(self) -> None:
+        if self.estimate_view not in ("true", "shuffled"):
+            raise ConfigError(f"env.estimate_view: must be 'true' or 'shuffled', got {self.estimate_view!r}")
+        for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"env.{name}: must be a non-negative integer, got {v!r}")
+        unknown = sorted(set(self.allowed_actions) - set(TOOL_NAMES))
+        if unknown:
+            raise ConfigError(f"env.allowed_actions: unknown tool(s) {unknown}; known: {list(TOOL_NAMES)}")
+        if not {"answer", "abstain"} & set(self.allowed_actions):
+            raise ConfigError("env.allowed_actions: must include answer or abstain, or no episode can terminate")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Gymnasium-style result of one `BudgetedSQLEnv.step`."""
+
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn, with the columns of the turns log table.
+
+    Estimates are those of the turn's SQL: the policy-visible one for estimate/rewrite turns, the shield's internal
+    one (never shown) for execute turns. Actuals are set for executions that ran: ``actual_rows`` = rows the query
+    produced (None when the VM cap stopped it), ``actual_result_tokens`` = what the whole result would have cost,
+    ``actual_vm_steps`` = measured steps. ``prompt_tokens`` are the environment-authored tokens charged during the
+    turn (its observation), so turns plus the initial prompt sum to the episode's prompt tokens; ``ctx_before`` is
+    the live prompt the policy saw, ``ctx_after`` the context level after the turn (the next prompt, or the transcript
+    with the final completion when the episode ended).
+    """
+
+    turn: int
+    action: str
+    valid: bool
+    sql: str | None
+    status: str | None
+    warning: bool
+    est_rows_p50: float | None
+    est_rows_p95: float | None
+    est_result_tokens_p50: float | None
+    est_result_tokens_p95: float | None
+    est_vm_steps_p50: float | None
+    est_vm_steps_p95: float | None
+    actual_rows: int | None
+    actual_result_tokens: int | None
+    actual_vm_steps: int | None
+    ctx_before: int
+    ctx_after: int
+    queries_before: int
+    queries_after: int
+    result_tokens_before: int
+    result_tokens_after: int
+    vm_steps_before: int
+    vm_steps_after: int
+    prompt_tokens: int
+    completion_tokens: int
+    message: str = ""
+
+    def to_row(self) -> dict:
+        """The turns-table columns this record fills (without ``message``)."""
+        d = asdict(self)
+        d.pop("message")
+        return d
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """Everything the episodes log table needs that the environment knows. ``answer`` / ``gold`` are JSON text."""
+
+    task_id: str
+    db_id: str
+    budget: str
+    answer: str | None
+    gold: str | None
+    correct: bool
+    feasible: bool
+    success: bool
+    reward: float
+    evidence_score: float
+    queries: int
+    result_tokens: int
+    vm_steps: int
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    controller_tokens: int
+    total_tokens: int
+    peak_context: int
+    warnings: int
+    rewrites: int
+    rejections: int
+    invalid_actions: int
+    abstained: bool
+    terminated: bool
+    truncated: bool
+    breach: bool
+    failure: str
+    wall_s: float
+    citations: tuple[str, ...] = field(default_factory=tuple)
+    breaches: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_row(self) -> dict:
+        """The episodes-table columns this summary fills."""
+        d = asdict(self)
+        for k in ("controller_tokens", "citations", "breaches"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class TurnDraft:
+    """What one action produced, filled in by the environment's handlers; becomes ``info`` and a `TurnRecord`.
+
+    ``estimate`` is the policy-visible estimate (estimate / rewrite turns); ``internal_estimate`` the shield's own
+    estimate of an execution (never shown); ``shield`` the `ShieldResult`; ``ref`` the evidence block created or
+    managed; ``rewritten`` whether earlier messages changed (evidence management).
+    """
+
+    action: str
+    valid: bool = True
+    sql: str | None = None
+    status: str | None = None
+    message: str = ""
+    estimate: object = None
+    internal_estimate: object = None
+    shield: object = None
+    warning: bool = False
+    ref: str | None = None
+    rewritten: bool = False
+
+    def info(self, snap: "LedgerSnapshot", *, max_completion_tokens: int, terminated: bool, truncated: bool) -> dict:
+        """The step's ``info`` dict (estimate and shield results as plain dicts)."""
+        return {
+            "turn": snap.spent.turns, "action": self.action, "valid": self.valid, "status": self.status,
+            "message": self.message, "sql": self.sql,
+            "ledger": {"spent": snap.spent.as_dict(), "remaining": snap.remaining.as_dict(),
+                       "budget": snap.budget.as_dict(), "total_tokens": snap.total_tokens},
+            "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None,
+            "shield": dataclasses.asdict(self.shield) if self.shield is not None else None,
+            "warning": self.warning, "evidence_ref": self.ref, "context_rewritten": self.rewritten,
+            "max_completion_tokens": max_completion_tokens, "terminated": terminated, "truncated": truncated,
+        }
+
+    def record(self, before: "LedgerSnapshot", after: "LedgerSnapshot", *, ctx_before: int, ctx_after: int,
+               prompt_tokens: int, completion_tokens: int) -> TurnRecord:
+        """The turn's log record (see `TurnRecord` for what each field means)."""
+        est = self.estimate if self.estimate is not None else self.internal_estimate
+
+        def q(name: str, p: str) -> float | None:
+            return getattr(getattr(est, name), p) if est is not None and not est.error else None
+
+        res = self.shield
+        ran = res is not None and res.status in ("ok", "truncated", "error") and res.cost.vm_steps > 0
+        return TurnRecord(
+            turn=after.spent.turns, action=self.action, valid=self.valid, sql=self.sql, status=self.status,
+            warning=self.warning, est_rows_p50=q("rows", "p50"), est_rows_p95=q("rows", "p95"),
+            est_result_tokens_p50=q("result_tokens", "p50"), est_result_tokens_p95=q("result_tokens", "p95"),
+            est_vm_steps_p50=q("vm_steps", "p50"), est_vm_steps_p95=q("vm_steps", "p95"),
+            actual_rows=res.rows_total if ran else None,
+            actual_result_tokens=res.full_result_tokens if ran else None,
+            actual_vm_steps=res.cost.vm_steps if ran else None,
+            ctx_before=ctx_before, ctx_after=ctx_after,
+            queries_before=before.spent.queries, queries_after=after.spent.queries,
+            result_tokens_before=before.spent.result_tokens, result_tokens_after=after.spent.result_tokens,
+            vm_steps_before=before.spent.vm_steps, vm_steps_after=after.spent.vm_steps,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, message=self.message,
+        )
