@@ -1,1 +1,3 @@
-"""bapsql.data"""
+"""Benchmarks: the embedded generator (`demo`, `synth_*`), BIRD/Spider loaders (`loaders`), the folder format and
+`load_benchmark` (`benchmark`), typed gold answers (`gold`, `cache`), database splits (`splits`), unshielded query
+costs (`measure`), statistics (`stats`) and estimator calibration on training databases (`calibrate`)."""

@@ -1,0 +1,81 @@
+"""``bapsql data``: build-demo writes a folder every command accepts; stats --json keeps its contract; catalog and
+calibrate run on it; bad input is a one-line error, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bapsql.cli import cli
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli_demo") / "bench"
+    res = CliRunner().invoke(cli, ["data", "build-demo", "--scale", "small", "--out", str(out), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 10 databases" in res.output
+    return out
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["data", *map(str, args)])
+
+
+def test_stats_json_contract(demo, tmp_path):
+    res = run("stats", "--benchmark", demo, "--json", "--cache-dir", tmp_path)
+    assert res.exit_code == 0, res.output
+    st = json.loads(res.stdout)
+    assert st["databases"] == 10 and st["tasks"] > 200
+    assert st["missing_databases"] == [] and st["failed_gold"] == 0
+    assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
+    assert set(st["splits"]) == {"train", "validation", "dev"}
+
+
+def test_stats_table(demo, tmp_path):
+    res = run("stats", "--benchmark", demo, "--cache-dir", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "budget_sensitive" in res.stdout and "validation" in res.stdout
+
+
+def test_catalog_and_calibrate(demo, tmp_path):
+    res = run("catalog", "--benchmark", demo, "--cache-dir", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "catalogs ready for 10 databases" in res.stdout
+    assert len(list((tmp_path / "catalogs").glob("*.json"))) == 10
+    out = tmp_path / "cal.json"
+    res = run("calibrate", "--benchmark", demo, "--out", out, "--max-sqls-per-db", 6, "--json", "--cache-dir",
+              tmp_path)
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["train_samples"] > 0 and rep["heldout_samples"] > 0
+    assert set(rep["coverage_heldout"]) == {"rows", "result_tokens", "vm_steps"}
+    assert json.loads(out.read_text())["source"]
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["stats", "--benchmark", "/no/such/folder"], 1, "benchmark folder not found"),
+    (["build-demo", "--scale", "huge", "--out", "x"], 2, "huge"),
+    (["stats"], 2, "--benchmark"),
+])
+def test_bad_input_is_one_clear_line(args, code, text):
+    res = run(*args)
+    assert res.exit_code == code
+    assert text in res.output and "Traceback" not in res.output
+
+
+def test_build_demo_refuses_a_file_as_out(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    res = run("build-demo", "--out", f)
+    assert res.exit_code == 2 and "is a file" in res.output
+
+
+def test_help_is_useful():
+    res = run("--help")
+    assert res.exit_code == 0
+    for cmd in ("build-demo", "stats", "catalog", "calibrate"):
+        assert cmd in res.output
+    assert "--benchmark" in run("calibrate", "--help").output

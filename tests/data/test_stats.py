@@ -1,0 +1,23 @@
+"""Benchmark statistics: the JSON contract keys and counts that agree with the loaded tasks."""
+
+from __future__ import annotations
+
+from bapsql.data.benchmark import load_benchmark
+from bapsql.data.stats import benchmark_stats
+
+
+def test_stats_of_the_embedded_benchmark(demo_small):
+    bench = load_benchmark(demo_small)
+    st = benchmark_stats(bench).to_json()
+    for key in ("databases", "tasks", "missing_databases", "failed_gold", "answer_types"):
+        assert key in st
+    assert st["databases"] == 10 and st["tasks"] == len(bench.tasks)
+    assert st["missing_databases"] == [] and st["failed_gold"] == 0
+    assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
+    assert sum(st["answer_types"].values()) == st["tasks"]
+    assert sum(s["tasks"] for s in st["splits"].values()) == st["tasks"]
+    assert 0 < st["shares"]["budget_sensitive"] < 1 and st["largest_table_rows"] >= 10_000
+    assert {"gold_exceeds_XS", "naive_exceeds_XS", "gold_exceeds_S", "naive_exceeds_S"} <= set(st["measured"])
+    assert st["database_bytes"] == sum(p.stat().st_size for p in (demo_small / "databases").rglob("*.sqlite"))
+    bs = sum("budget_sensitive" in t.tags for t in bench.tasks) / len(bench.tasks)
+    assert abs(st["shares"]["budget_sensitive"] - bs) < 1e-4
