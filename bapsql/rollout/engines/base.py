@@ -1,0 +1,210 @@
+"""The model-engine protocol every rollout engine implements, its value types and its config.
+
+Contract (token-in / token-out; engines never re-tokenize text):
+
+- `Engine.generate(prompts, params, *, adapter=None)` takes a batch of prompts as token ids with one
+  `SamplingParams` each (many episodes per call) and returns one `Generation` per prompt, in order.
+  ``completion_ids`` are the sampled tokens exactly as sampled, including the end-of-turn token (eos) or the token
+  that completed a stop string; ``text`` is their decoding with special tokens skipped, without the eos token's
+  text, cut before the stop string;
+  ``logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the model's own (raw, temperature-1,
+  un-truncated) distribution — what a learner recomputes — or ``None`` when not requested;
+  ``finish_reason`` is ``"stop"`` (eos or stop string) or ``"length"`` (``max_tokens`` reached).
+  ``temperature == 0`` is greedy decoding. A request's ``seed`` makes its sample reproducible whatever else is in
+  the batch.
+- `Engine.load_adapter(path, name, version)` loads a peft LoRA adapter folder under ``name``, replacing (in place)
+  any earlier version of the same name, and returns the `AdapterRef` to pass to ``generate``/``logprobs_of``.
+- `Engine.logprobs_of(prompt_ids, completion_ids, *, adapter=None)` scores a given completion (teacher forcing):
+  one raw log-probability per completion token. Used to check weight sync against the learner.
+- `Engine.close()` releases the engine (idempotent).
+
+`EngineConfig` is the strict, frozen config `bapsql.rollout.engines.factory.make_engine` builds engines from.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+from bapsql.config import from_mapping, read_yaml
+from bapsql.errors import ConfigError, EngineError
+
+FinishReason = Literal["stop", "length"]
+EngineKind = Literal["vllm", "hf", "openai"]
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "hf", "openai")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion. ``temperature == 0`` means greedy; ``top_p`` in (0, 1] truncates the nucleus;
+    ``stop`` strings end the completion (the text is cut before them); ``seed`` pins this request's randomness."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError(f"sampling: max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"sampling: temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not (0 < self.top_p <= 1):
+            raise ConfigError(f"sampling: top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.stop, tuple):
+            object.__setattr__(self, "stop", tuple(self.stop))
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ConfigError(f"sampling: stop strings must be non-empty strings, got {self.stop!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled completion. ``logprobs`` is parallel to ``completion_ids`` (or ``None``)."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[float, ...] | None
+    finish_reason: FinishReason
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids):
+            raise EngineError(f"engine returned {len(self.logprobs)} logprobs for {len(self.completion_ids)} tokens")
+        if self.finish_reason not in ("stop", "length"):
+            raise EngineError(f"unknown finish reason {self.finish_reason!r}")
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """A loaded LoRA adapter: its ``name``, the ``version`` loaded last, the folder it came from, and the engine's
+    integer id for it (stable across versions of the same name, > 0)."""
+
+    name: str
+    version: int
+    path: str
+    lora_id: int
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A batched, token-in/token-out text generator with LoRA hot swap (see the module docstring)."""
+
+    name: str
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
+                 adapter: AdapterRef | None = None) -> list[Generation]: ...
+
+    def load_adapter(self, path: str, name: str, version: int) -> AdapterRef: ...
+
+    def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
+                    adapter: AdapterRef | None = None) -> list[float]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to build an engine (strict; load with `load_engine_config`).
+
+    ``model`` is a model folder (vllm, hf) or the served model's name (openai). ``kv_cache_space_gb`` sets
+    ``VLLM_CPU_KVCACHE_SPACE`` for vLLM on CPU (ignored on GPU, where ``gpu_memory_utilization`` applies).
+    ``num_threads`` caps torch threads in the engine process (0: this process's CPU share). ``tokenizer`` is a
+    folder holding ``tokenizer.json`` (default: ``model`` when it is a folder); the openai engine uses it to decode
+    completions and, when the server takes no token-id prompts, to detokenize prompts. ``token_prompts`` says
+    whether the openai engine sends token-id prompts (``auto``: try, fall back to text on a 400/422 answer).
+    """
+
+    kind: EngineKind
+    model: str
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = 4096
+    enable_lora: bool = False
+    max_lora_rank: int = 32
+    max_loras: int = 1
+    gpu_memory_utilization: float = 0.85
+    kv_cache_space_gb: int = 1
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 64
+    enforce_eager: bool = False
+    num_threads: int = 0
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    tokenizer: str = ""
+    base_url: str = ""
+    api_key_env: str = ""
+    token_prompts: Literal["auto", "always", "never"] = "auto"
+    timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ConfigError(f"engine.kind: {self.kind!r} is not one of {list(ENGINE_KINDS)}")
+        if not self.model:
+            raise ConfigError("engine.model: required (a model folder, or the served model name for openai)")
+        positive = ("max_model_len", "max_lora_rank", "max_loras", "kv_cache_space_gb", "tensor_parallel_size",
+                    "max_num_seqs")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"engine.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.num_threads < 0:
+            raise ConfigError(f"engine.num_threads: must be >= 0 (0 = the process's CPU share), got {self.num_threads}")
+        if not (0 < self.gpu_memory_utilization <= 1):
+            raise ConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"engine.timeout_s: must be > 0, got {self.timeout_s}")
+        if self.kind == "openai" and not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError("engine.base_url: the openai engine needs the server's URL, "
+                              "e.g. http://127.0.0.1:8000/v1")
+        if self.kind != "openai" and (self.base_url or self.api_key_env):
+            raise ConfigError(f"engine.base_url / api_key_env: only for kind openai, not {self.kind}")
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        """The folder holding ``tokenizer.json``: ``tokenizer`` if set, else ``model`` if it is a folder."""
+        if self.tokenizer:
+            return Path(self.tokenizer)
+        return Path(self.model) if Path(self.model).is_dir() else None
+
+
+def load_engine_config(source: Mapping[str, Any] | str | Path, where: str = "engine") -> EngineConfig:
+    """Build an `EngineConfig` from a mapping or a YAML file (a top-level ``engine:`` key is accepted). Unknown keys,
+    missing keys and bad values raise `ConfigError` naming the key."""
+    data = read_yaml(source) if isinstance(source, (str, Path)) else source
+    if isinstance(data, Mapping) and set(data) == {"engine"}:
+        data = data["engine"]
+    return from_mapping(EngineConfig, dict(data) if isinstance(data, Mapping) else data, where)
+
+
+def cpu_share() -> int:
+    """How many CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_batch(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], max_model_len: int) -> None:
+    """Raise `EngineError` unless there is one `SamplingParams` per prompt, every prompt is non-empty, and every
+    prompt plus its ``max_tokens`` fits ``max_model_len``."""
+    if len(prompts) != len(params):
+        raise EngineError(f"generate: {len(prompts)} prompts but {len(params)} sampling params; pass one per prompt")
+    for i, (p, sp) in enumerate(zip(prompts, params)):
+        if len(p) == 0:
+            raise EngineError(f"generate: prompt {i} is empty")
+        if len(p) + sp.max_tokens > max_model_len:
+            raise EngineError(f"generate: prompt {i} has {len(p)} tokens + max_tokens {sp.max_tokens} > "
+                              f"max_model_len {max_model_len}; shorten it or raise max_model_len")
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` cut before the earliest occurrence of any stop string, and whether one occurred."""
+    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[:min(hits)], True) if hits else (text, False)

