@@ -1,0 +1,121 @@
+"""``bapsql eval`` / ``bapsql policies`` / ``bapsql sft-data``: thin wrappers over the runner, the policy registry
+and the SFT exporter."""
+
+from __future__ import annotations
+
+import click
+
+_BENCH_HELP = "Benchmark folder (embedded, BIRD or Spider layout), or 'demo' for the small embedded benchmark."
+
+
+def _seeds(spec: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in spec.split(",") if s.strip())
+    except ValueError:
+        raise click.UsageError(f"--seeds must be comma-separated integers such as 0,1,2; got {spec!r}") from None
+    if not seeds:
+        raise click.UsageError("--seeds needs at least one seed, e.g. --seeds 0")
+    return seeds
+
+
+def _budgets(spec: str) -> tuple[str, ...]:
+    from bapsql.budgets import load_ladder
+    from bapsql.errors import ConfigError
+
+    try:
+        return tuple(b.level for b in load_ladder().parse_levels(spec))
+    except ConfigError as exc:
+        raise click.UsageError(f"--budgets: {exc}") from None
+
+
+def _check_benchmark(benchmark: str) -> None:
+    from pathlib import Path
+
+    if benchmark != "demo" and not Path(benchmark).is_dir():
+        raise click.UsageError(f"--benchmark {benchmark!r} is not a folder; pass a benchmark folder or 'demo'")
+
+
+@click.command("eval")
+@click.option("--benchmark", required=True, help=_BENCH_HELP)
+@click.option("--split", default="dev", show_default=True, help="Split to evaluate (train, validation, dev).")
+@click.option("--policy", "policy_name", required=True, metavar="NAME",
+              help="Policy name, e.g. workflow.estimate_rewrite or baseline.raw (see `bapsql policies`); "
+                   "interventions as NAME+no_interface.")
+@click.option("--intervention", "interventions", multiple=True, metavar="NAME",
+              help="Apply an intervention to the policy (repeatable), e.g. --intervention shuffled_estimate.")
+@click.option("--budgets", default="XS,S,M,L", show_default=True, help="Comma-separated budget levels.")
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds, e.g. 0,1,2.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run folder for the logs.")
+@click.option("--run-name", default=None, help="Run name in the logs (default: the --out folder's name).")
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Evaluate only the first N tasks.")
+def eval_cmd(benchmark: str, split: str, policy_name: str, interventions: tuple[str, ...], budgets: str, seeds: str,
+             out_dir: str, run_name: str | None, limit: int | None) -> None:
+    """Run one policy over a benchmark split × budgets × seeds in-process and log Parquet trajectories.
+
+    Writes OUT/episodes/method=M/budget=B/*.parquet and OUT/turns/...; rerunning into the same OUT skips the
+    episodes already logged. Prints a per-budget summary table.
+    """
+    from rich.console import Console
+
+    from bapsql.errors import BapsqlError
+    from bapsql.rollout.runner import evaluate
+
+    _check_benchmark(benchmark)
+    levels, seed_list = _budgets(budgets), _seeds(seeds)
+    try:
+        summary = evaluate(benchmark, split, policy_name, levels, seed_list, out_dir, run_name=run_name,
+                           limit=limit, interventions=interventions, console=Console(stderr=True))
+    except BapsqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{summary.method}: {summary.episodes_run} episodes logged to {out_dir} "
+               f"({summary.episodes_skipped} already there) in {summary.wall_s:.1f}s")
+
+
+@click.command("policies")
+def policies_cmd() -> None:
+    """List every policy name and intervention (compose as NAME+INTERVENTION)."""
+    from bapsql.policies.interventions import INTERVENTIONS
+    from bapsql.policies.registry import make_policy, policy_names
+
+    click.echo("policies:")
+    for name in policy_names():
+        p = make_policy(name)
+        tools = ",".join(p.interface.allowed_actions)
+        click.echo(f"  {name:<40} dashboard={'on' if p.interface.show_dashboard else 'off'} tools={tools}")
+    click.echo("interventions (append as +NAME, or --intervention NAME):")
+    for iv in INTERVENTIONS.values():
+        click.echo(f"  {iv.name:<40} {iv.description}")
+
+
+@click.command("sft-data")
+@click.option("--benchmark", required=True, help=_BENCH_HELP)
+@click.option("--split", default="train", show_default=True, help="Split whose tasks the workflows run on.")
+@click.option("--n", "n", default=8192, show_default=True, type=click.IntRange(min=1), help="Pairs to collect.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Output Parquet file.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the task / budget order.")
+@click.option("--intervention", "interventions", multiple=True, metavar="NAME",
+              help="Run the workflows under an intervention, e.g. no_planning for the action-matched SFT set.")
+@click.option("--tool-schemas/--no-tool-schemas", default=False, show_default=True,
+              help="Also render the JSON tool schemas into the prompt (the env does not charge them).")
+@click.option("--max-length", default=8192, show_default=True, type=click.IntRange(min=16),
+              help="Drop pairs longer than this many tokens.")
+def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, interventions: tuple[str, ...],
+                 tool_schemas: bool, max_length: int) -> None:
+    """Export turn-level SFT pairs (prompt, completion, token ids, loss masks) from the nine workflows."""
+    from rich.console import Console
+
+    from bapsql.errors import BapsqlError
+    from bapsql.policies.sft_export import export_sft
+
+    _check_benchmark(benchmark)
+    try:
+        res = export_sft(benchmark, split, n, out, seed=seed, interventions=interventions,
+                         tool_schemas=tool_schemas, max_length=max_length, console=Console(stderr=True))
+    except BapsqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{res.pairs} pairs from {res.kept_episodes}/{res.episodes} kept episodes "
+               f"({res.duplicates} duplicates, {res.too_long} too long) -> {res.path} in {res.wall_s:.1f}s")
+    if res.pairs < n:
+        click.echo(f"note: only {res.pairs} unique pairs exist for this split (asked for {n})", err=True)
+    click.echo("per workflow: " + ", ".join(f"{k}={v}" for k, v in sorted(res.per_workflow.items())))
+    click.echo("per budget: " + ", ".join(f"{k}={v}" for k, v in res.per_budget.items()))

@@ -1,0 +1,277 @@
+"""The `Policy` protocol and the machinery scripted policies share.
+
+Contract (every policy — scripted workflows, baselines, intervention wrappers, model-backed policies)::
+
+    policy.interface                              # Interface: what the env must offer / show this policy
+    policy.reset(task, budget, seed, options)     # task = oracle.policy_view(full task): no gold, no gold SQL
+    text = policy.act(observation, info)          # the completion: exactly what a model would emit (a tool call)
+
+``options`` is a `PolicyOptions`: the `Interface` the env was configured with and, for scripted policies only
+(``needs_oracle``), the task's `OracleHint`. Scripted policies decide from the structured ``info`` the env returns
+(estimates, shield results, ledger) and never read the gold answer (they cannot: the task they get has none).
+When the interface hides the dashboard, `Feedback.remaining` is None: a budget-blind policy gets no ledger numbers.
+
+`ScriptedPolicy` runs a *script*: a generator that yields actions and receives a `Feedback` for each, so a workflow
+reads as straight-line code (``fb = yield ExecuteQuery(sql)``). When a script ends without a terminal action, the
+policy abstains (or, where abstention is not offered, answers from the last visible rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Generator, Protocol, runtime_checkable
+
+import numpy as np
+
+from bapsql.budgets import Budget
+from bapsql.env.actions import TOOL_NAMES, Abstain, Action, AnswerAction, render_action
+from bapsql.errors import ConfigError
+from bapsql.policies.oracle import OracleHint
+from bapsql.types import Task
+
+ESTIMATE_VIEWS: tuple[str, ...] = ("true", "shuffled")
+
+
+@dataclass(frozen=True)
+class Interface:
+    """The policy-visible interface: the env knobs an experiment condition sets (`bapsql.env.records.EnvOptions`).
+
+    ``show_dashboard``: the remaining-budget line (and the ledger in `Feedback`). ``allowed_actions``: the tools
+    offered. ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the placebo) shows another
+    query's p50/p95 drawn from a seeded pool while the shield keeps the true estimates.
+    """
+
+    show_dashboard: bool = True
+    allowed_actions: tuple[str, ...] = TOOL_NAMES
+    estimate_view: str = "true"
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.allowed_actions) - set(TOOL_NAMES))
+        if unknown:
+            raise ConfigError(f"unknown tool(s) {unknown}; tools are {list(TOOL_NAMES)}")
+        if self.estimate_view not in ESTIMATE_VIEWS:
+            raise ConfigError(f"estimate_view must be one of {ESTIMATE_VIEWS}, got {self.estimate_view!r}")
+        # canonical order, so equal interfaces compare equal
+        object.__setattr__(self, "allowed_actions", tuple(t for t in TOOL_NAMES if t in self.allowed_actions))
+
+    def without(self, *tools: str) -> "Interface":
+        return dataclasses.replace(self, allowed_actions=tuple(t for t in self.allowed_actions if t not in tools))
+
+    def env_options(self, base: Any) -> Any:
+        """``base`` (an `EnvOptions`) with this interface's knobs set. A knob the env does not have may only keep
+        its default (else `ConfigError`: the condition could not be run faithfully)."""
+        names = {f.name for f in dataclasses.fields(base)}
+        knobs = dataclasses.asdict(self)
+        for k, v in knobs.items():
+            if k not in names and v != getattr(Interface(), k):
+                raise ConfigError(f"this environment has no {k!r} option, so {k}={v!r} cannot be applied")
+        return dataclasses.replace(base, **{k: v for k, v in knobs.items() if k in names})
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What a policy is told at reset: its interface, and the oracle hint when it is a scripted policy."""
+
+    interface: Interface = Interface()
+    oracle: OracleHint | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that turns observations into completions (see the module docstring)."""
+
+    name: str
+    interface: Interface
+    needs_oracle: bool
+
+    def reset(self, task: Task, budget: Budget, seed: int, options: PolicyOptions) -> None: ...
+
+    def act(self, observation: str, info: dict) -> str: ...
+
+
+# ------------------------------------------------------------------------------------------------- feedback views
+@dataclass(frozen=True)
+class EstimateSeen:
+    """The policy-visible estimate of one estimate/rewrite turn."""
+
+    rows_p50: float
+    rows_p95: float
+    tokens_p50: float
+    tokens_p95: float
+    steps_p50: float
+    steps_p95: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ResultSeen:
+    """One execution as the policy saw it: the shown rows only (rows cut to fit the context are not here)."""
+
+    ref: str | None  # evidence id, None when the execution produced no block (rejected / error)
+    sql: str
+    status: str  # ok | truncated | rejected | error
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+    message: str
+    truncated_by: str | None = None  # rows | bytes | result_tokens | vm_steps | context (cut to fit) | None
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "ok" and self.ref is not None
+
+
+_HEADER = re.compile(r"^(E\d+) \((\w+)\): (\d+) rows x (\d+) columns", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What the last step returned, as a scripted policy may use it."""
+
+    observation: str
+    action: str
+    status: str | None
+    warning: bool
+    estimate: EstimateSeen | None
+    result: ResultSeen | None
+    remaining: dict[str, int] | None  # None when the dashboard is hidden
+    done: bool
+
+    @classmethod
+    def from_step(cls, observation: str, info: dict, *, show_dashboard: bool) -> "Feedback":
+        est = info.get("estimate")
+        seen_est = None
+        if est is not None:
+            seen_est = EstimateSeen(est["rows"]["p50"], est["rows"]["p95"], est["result_tokens"]["p50"],
+                                    est["result_tokens"]["p95"], est["vm_steps"]["p50"], est["vm_steps"]["p95"],
+                                    est.get("error"))
+        result = None
+        if info.get("action") == "execute_query":
+            sh = info.get("shield") or {}
+            ref = info.get("evidence_ref")
+            rows: tuple[tuple, ...] = ()
+            status = info.get("status") or sh.get("status") or "rejected"
+            cut_by = sh.get("truncated_by")
+            if ref is not None:
+                admitted = sh.get("rows") or ()
+                shown = len(admitted)
+                m = _HEADER.search(observation)
+                if m and m.group(1) == ref:
+                    shown, status = int(m.group(3)), m.group(2)
+                if shown < len(admitted) and cut_by is None:
+                    cut_by = "context"
+                rows = tuple(tuple(r) for r in admitted[:shown])
+            result = ResultSeen(ref, info.get("sql") or "", status, tuple(sh.get("columns") or ()), rows,
+                                info.get("message") or "", cut_by)
+        led = info.get("ledger")
+        remaining = dict(led["remaining"]) if (show_dashboard and led) else None
+        return cls(observation, info.get("action", ""), info.get("status"), bool(info.get("warning")), seen_est,
+                   result, remaining, bool(info.get("terminated") or info.get("truncated")))
+
+
+def shown_value(value: Any) -> Any:
+    """A cell as the policy saw it in the rendered table (`bapsql.db.rows.cell_text`): numbers at the precision
+    shown (typed back to int / float), strings as the text they denote (the table's escapes undone), NULL as None.
+    Answers are built from these, never from hidden precision."""
+    from bapsql.db.rows import cell_text
+
+    if value is None or isinstance(value, str):
+        return value
+    text = cell_text(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def answer_from_result(result: ResultSeen, kind: str) -> AnswerAction:
+    """The typed answer a result's shown rows denote, citing its evidence id (scalar: the first cell)."""
+    rows = [tuple(shown_value(v) for v in r) for r in result.rows]
+    cites = (result.ref,) if result.ref else ()
+    if kind == "scalar":
+        value = rows[0][0] if rows and rows[0] else None
+        return AnswerAction("scalar", (value,), cites)
+    values = tuple(r[0] if len(r) == 1 else r for r in rows)
+    return AnswerAction(kind, values, cites)
+
+
+# ------------------------------------------------------------------------------------------------ scripted policies
+def episode_rng(seed: int, task_id: str, salt: str = "") -> np.random.Generator:
+    """A generator fixed by (seed, task, salt): the same choices whatever order episodes run in."""
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(f"{task_id}|{salt}".encode())])
+
+
+@dataclass
+class Context:
+    """Per-episode state a script reads: the task view, budget, hint, interface, rng and what it has seen."""
+
+    task: Task
+    budget: Budget
+    seed: int
+    hint: OracleHint
+    interface: Interface
+    rng: np.random.Generator
+    last: Feedback | None = None
+    results: list[ResultSeen] = dataclasses.field(default_factory=list)
+
+    def can(self, tool: str) -> bool:
+        return tool in self.interface.allowed_actions
+
+    @property
+    def remaining(self) -> dict[str, int] | None:
+        return self.last.remaining if self.last is not None else None
+
+    def best_result(self) -> ResultSeen | None:
+        """The most recent execution that produced shown rows."""
+        return next((r for r in reversed(self.results) if r.ref is not None), None)
+
+
+Script = Generator[Action, Feedback, None]
+
+
+class ScriptedPolicy:
+    """Base of programmatic policies: subclasses set ``name`` / ``interface`` and implement `script`."""
+
+    name = "scripted"
+    interface = Interface()
+    needs_oracle = True
+
+    def script(self, ctx: Context) -> Script:  # pragma: no cover - abstract
+        raise NotImplementedError
+        yield
+
+    def reset(self, task: Task, budget: Budget, seed: int, options: PolicyOptions) -> None:
+        if options.oracle is None:
+            raise ConfigError(f"{self.name} is a scripted policy and needs the oracle hint in its options")
+        self.ctx = Context(task, budget, seed, options.oracle, options.interface, episode_rng(seed, task.task_id))
+        self._gen = self.script(self.ctx)
+        self._started = False
+
+    def act(self, observation: str, info: dict) -> str:
+        ctx = self.ctx
+        fb = Feedback.from_step(observation, info, show_dashboard=ctx.interface.show_dashboard)
+        ctx.last = fb
+        if fb.result is not None:
+            ctx.results.append(fb.result)
+        try:
+            action = next(self._gen) if not self._started else self._gen.send(fb)
+        except StopIteration:
+            action = self.fallback(ctx)
+        self._started = True
+        return render_action(action)
+
+    def fallback(self, ctx: Context) -> Action:
+        """What to do once the script has nothing left: abstain, or answer from the last shown rows."""
+        best = ctx.best_result()
+        if best is not None:
+            return answer_from_result(best, ctx.hint.answer_kind)
+        if ctx.can("abstain"):
+            return Abstain("no evidence could be obtained within the budget")
+        return answer_from_result(ResultSeen(None, "", "rejected", (), (), ""), ctx.hint.answer_kind)

@@ -1,0 +1,202 @@
+"""SFT data from the nine programmatic workflows (paper "Training": 8,192 turn-level pairs; DESIGN §5).
+
+Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
+
+- Episodes are drawn in a seeded order: each pass shuffles the split's tasks; episode i runs workflow
+  ``workflows[i mod 9]`` (a balanced mix) at a budget drawn uniformly from XS / S / M / L (the paper trains one
+  policy across the four levels and states no other mix), with seed i. Passes repeat until ``n`` pairs are kept or
+  a pass adds nothing new.
+- Only episodes worth imitating are kept: budgeted successes, and justified abstentions (the env's
+  ``justified_abstention_wrong``, or the task's ``min_level:<L>`` tag says the gold query needs a larger budget).
+- Every turn of a kept episode is one pair: ``prompt`` = the packaged chat template's rendering of the live
+  messages the policy saw, with the generation prompt; ``completion`` = the workflow's tool call + ``<|im_end|>``.
+  Prompts are rendered exactly as the env charges context — the system message carries the tool list, so the
+  template's JSON ``tools`` block is NOT added by default (it would add ~900 tokens the env never charges;
+  ``tool_schemas=True`` adds it). Pairs longer than ``max_length`` tokens are dropped (counted).
+- Pairs are deduplicated by the hash of (prompt, completion); the first ``n`` unique pairs are written as Parquet
+  (atomically: temp file + rename) with columns ``prompt, completion, prompt_ids, completion_ids, input_ids,
+  loss_mask, workflow, budget, task_id, db_id, turn, seed``. ``input_ids = prompt_ids + completion_ids`` and
+  ``loss_mask`` is 1 exactly on the completion tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bapsql.budgets import LEVELS, load_ladder
+from bapsql.errors import ConfigError, DataError
+from bapsql.policies.registry import WORKFLOW_NAMES, make_policy
+
+KEEP_FAILURES: tuple[str, ...] = ("", "justified_abstention_wrong")  # success, or a justified abstention
+END_OF_TURN = "<|im_end|>"
+
+
+def abstention_justified(tags: tuple[str, ...], level: str) -> bool:
+    """Whether the task's generator tags say even the gold query does not fit ``level``: ``min_level:<L>`` names
+    the tightest ladder level it fits (``none``: no level), ``unanswerable_<level>`` marks the level directly."""
+    if f"unanswerable_{level.lower()}" in tags:
+        return True
+    for tag in tags:
+        if tag.startswith("min_level:") and level in LEVELS:
+            need = tag.split(":", 1)[1]
+            return need == "none" or (need in LEVELS and LEVELS.index(need) > LEVELS.index(level))
+    return False
+
+
+def worth_imitating(summary, tags: tuple[str, ...], level: str) -> bool:
+    """Keep budgeted successes and justified abstentions (see `abstention_justified`)."""
+    if summary.failure in KEEP_FAILURES:
+        return True
+    return bool(summary.abstained) and abstention_justified(tags, level)
+
+
+@dataclass(frozen=True)
+class SFTExport:
+    """What an export wrote."""
+
+    path: Path
+    pairs: int
+    episodes: int  # episodes played
+    kept_episodes: int
+    duplicates: int  # pairs dropped as duplicates of earlier ones
+    too_long: int  # pairs dropped for exceeding max_length
+    per_workflow: dict[str, int] = field(default_factory=dict)
+    per_budget: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def pair_key(prompt: str, completion: str) -> str:
+    """The dedup key of a pair."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(prompt.encode("utf-8"))
+    h.update(b"\x00")
+    h.update(completion.encode("utf-8"))
+    return h.hexdigest()
+
+
+def _write_parquet(rows: list[dict], out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([
+        ("prompt", pa.string()), ("completion", pa.string()),
+        ("prompt_ids", pa.list_(pa.int32())), ("completion_ids", pa.list_(pa.int32())),
+        ("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
+        ("workflow", pa.string()), ("budget", pa.string()), ("task_id", pa.string()), ("db_id", pa.string()),
+        ("turn", pa.int32()), ("seed", pa.int64()),
+    ])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)
+
+
+def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *, seed: int = 0,
+               workflows: tuple[str, ...] = WORKFLOW_NAMES, budgets: tuple[str, ...] = LEVELS,
+               interventions: tuple[str, ...] = (), tool_schemas: bool = False, max_length: int = 8192,
+               tokenizer_dir: str | Path | None = None, console: Any = None) -> SFTExport:
+    """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring)."""
+    from bapsql.env.actions import TOOL_SCHEMAS
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
+    from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter
+
+    if n < 1:
+        raise ConfigError(f"n must be at least 1, got {n}")
+    t_start = time.perf_counter()
+    announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
+    root = resolve_benchmark(benchmark_dir, announce=announce)
+    tasks = load_tasks(root, split)
+    if not tasks:
+        raise DataError(f"split {split!r} of {root} has no tasks")
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else DEFAULT_TOKENIZER_DIR
+    template = ChatTemplate.from_dir(tok_dir)
+    counter = HFTokenCounter(tok_dir)
+    ladder = load_ladder()
+    policies = [make_policy(w, interventions) for w in workflows]
+    levels = [ladder[b] for b in budgets]
+    rng = np.random.default_rng(seed)
+    rows: list[dict] = []
+    seen: set[str] = set()
+    played = kept = dups = too_long = 0
+    per_workflow: dict[str, int] = {}
+    per_budget: dict[str, int] = {}
+
+    progress = None
+    if console is not None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress
+
+        progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                            console=console, transient=True)
+        bar = progress.add_task("SFT pairs", total=n)
+        progress.start()
+    try:
+        with DatabaseHandles(counter) as handles:
+            envs = {}
+            for p in policies:
+                opts = p.interface.env_options(EnvOptions())
+                if opts not in envs:
+                    envs[opts] = BudgetedSQLEnv(token_counter=counter, handles=handles, options=opts)
+            while len(rows) < n:
+                added_this_pass = 0
+                for ti in rng.permutation(len(tasks)):
+                    if len(rows) >= n:
+                        break
+                    task, policy = tasks[int(ti)], policies[played % len(policies)]
+                    budget = levels[int(rng.integers(len(levels)))]
+                    env = envs[policy.interface.env_options(EnvOptions())]
+                    tools = [s for s in TOOL_SCHEMAS if s["function"]["name"] in policy.interface.allowed_actions]
+                    turns: list[tuple[list[dict], str]] = []
+                    summary = play_episode(env, policy, task, budget, played,
+                                           on_turn=lambda msgs, text, _info: turns.append((msgs, text)))
+                    played += 1
+                    if not worth_imitating(summary, task.tags, budget.level):
+                        continue
+                    kept += 1
+                    for turn, (msgs, text) in enumerate(turns, start=1):
+                        prompt = template.render(msgs, tools=tools if tool_schemas else None,
+                                                 add_generation_prompt=True)
+                        completion = text + END_OF_TURN
+                        key = pair_key(prompt, completion)
+                        if key in seen:
+                            dups += 1
+                            continue
+                        prompt_ids, completion_ids = template.encode(prompt), template.encode(completion)
+                        if len(prompt_ids) + len(completion_ids) > max_length:
+                            too_long += 1
+                            continue
+                        seen.add(key)
+                        added_this_pass += 1
+                        rows.append({
+                            "prompt": prompt, "completion": completion, "prompt_ids": prompt_ids,
+                            "completion_ids": completion_ids, "input_ids": prompt_ids + completion_ids,
+                            "loss_mask": [0] * len(prompt_ids) + [1] * len(completion_ids),
+                            "workflow": policy.name, "budget": budget.level, "task_id": task.task_id,
+                            "db_id": task.db_id, "turn": turn, "seed": played - 1,
+                        })
+                        per_workflow[policy.name] = per_workflow.get(policy.name, 0) + 1
+                        per_budget[budget.level] = per_budget.get(budget.level, 0) + 1
+                        if progress is not None:
+                            progress.advance(bar)
+                        if len(rows) >= n:
+                            break
+                if added_this_pass == 0:
+                    break
+    finally:
+        if progress is not None:
+            progress.stop()
+    out = Path(out)
+    _write_parquet(rows, out)
+    return SFTExport(out, len(rows), played, kept, dups, too_long, per_workflow, per_budget,
+                     time.perf_counter() - t_start)

@@ -1,0 +1,273 @@
+"""The nine programmatic workflows (paper "Training": SFT turn pairs; DESIGN §4). Each is also a runnable policy.
+
+Every workflow imitates an agent that writes the right SQL (the oracle's gold query) but has to fit it into the
+budget; the answer values always come from rows the env executed and showed. Each adapts to the remaining budget
+(`Feedback.remaining`) and to the estimates it observes, and to the interface it is given (a tool that is not
+offered is never called; e.g. without ``rewrite_query`` a warned draft is either abandoned by abstaining or executed
+as is, and without ``abstain`` the workflow always tries to answer).
+
+=========================== ==========================================================================================
+name                        plan
+=========================== ==========================================================================================
+direct_aggregation          execute the gold aggregate at once; answer (abstain if the shield rejects it)
+estimate_rewrite            estimate the naive draft; on a WARNING rewrite it to the gold aggregate; abstain when even
+                            the rewrite's p50 exceeds what remains; execute; answer. Without the rewrite action a
+                            warned draft runs as drafted (the aggregate follows only if a query is left)
+drill_down                  with ≥ 2 queries and room: peek at a few rows of the draft (LIMIT), then the aggregate;
+                            with one query: inspect the gold's tables first, then the aggregate
+evidence_compression        with ≥ 2 queries: a larger peek, compress (or archive) it to win back context, then the
+                            aggregate; otherwise execute and answer
+justified_abstention        estimate the gold query; abstain, quoting the numbers, when its p50 VM steps or result
+                            tokens exceed what remains; else execute and answer
+schema_first                inspect the tables the gold query reads, then execute and answer
+verify_answer               execute the aggregate, then (if a query and the result tokens allow) a corroborating
+                            reformulation; answer citing both blocks
+restore_after_archive       execute, archive the block, (with turns to spare) inspect the schema, restore the block
+                            (re-charging its result tokens when they remain), answer citing it
+recover_after_rejection     with ≥ 2 queries, execute the naive draft without estimating; after a rejection /
+                            truncation / error rewrite to the aggregate (when offered); execute it; answer
+=========================== ==========================================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Generator
+
+from bapsql.env.actions import (
+    Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery,
+)
+from bapsql.policies.base import (
+    Context, EstimateSeen, Feedback, ResultSeen, Script, ScriptedPolicy, answer_from_result,
+)
+
+# ------------------------------------------------------------------------------------------------------ sub-steps
+
+
+def execute(ctx: Context, sql: str) -> Generator:
+    """Execute ``sql``; returns the `ResultSeen`."""
+    fb: Feedback = yield ExecuteQuery(sql)
+    return fb.result
+
+
+def estimate(ctx: Context, sql: str) -> Generator:
+    """Estimate ``sql``; returns (estimate, warned)."""
+    fb: Feedback = yield EstimateQuery(sql)
+    return fb.estimate, fb.warning
+
+
+def rewrite(ctx: Context, sql: str, reason: str) -> Generator:
+    """Rewrite the candidate to ``sql``; returns (estimate of the rewrite, warned)."""
+    fb: Feedback = yield RewriteQuery(sql, reason)
+    return fb.estimate, fb.warning
+
+
+def finish(ctx: Context, result: ResultSeen | None, *, also_cite: tuple[str, ...] = ()) -> Generator:
+    """Answer from ``result``'s shown rows (a complete empty result is an empty answer); when no row of it was
+    shown (rejected, error, or cut to nothing), abstain — or, where abstaining is off, answer from the best rows."""
+    if result is not None and result.ref is not None and (result.rows or result.status == "ok"):
+        ans = answer_from_result(result, ctx.hint.answer_kind)
+        cites = tuple(dict.fromkeys(ans.citations + tuple(c for c in also_cite if c)))
+        yield AnswerAction(ans.kind, ans.values, cites)
+        return
+    why = result.message if result is not None and result.message else "no rows were shown"
+    yield from give_up(ctx, f"the query could not be answered within the budget: {why}")
+
+
+def give_up(ctx: Context, reason: str) -> Generator:
+    """Abstain with ``reason``; where abstention is not offered, answer from the best shown rows instead."""
+    if ctx.can("abstain"):
+        yield Abstain(reason)
+        return
+    best = ctx.best_result()
+    yield answer_from_result(best or ResultSeen(None, "", "rejected", (), (), ""), ctx.hint.answer_kind)
+
+
+def rem(ctx: Context, channel: str, default: int = 10**12) -> int:
+    """Remaining budget of ``channel`` (a large default when the dashboard is hidden: the policy cannot tell)."""
+    r = ctx.remaining
+    return default if r is None else int(r[channel])
+
+
+def over_budget(ctx: Context, est: EstimateSeen | None) -> str | None:
+    """Why an estimated query is hopeless within what remains, or None when it is worth trying: hopeless means its
+    p50 VM steps exceed the VM steps left — the shield's preflight would reject it (the same rule), so abstaining
+    saves the turn. An excess of result tokens is tried: the shield admits what fits, and the estimator's token
+    figures for selective filters run high (abstaining on them lost answerable tasks)."""
+    if est is None or est.error:
+        return None
+    steps = rem(ctx, "vm_steps")
+    if est.steps_p50 > steps:
+        return f"its p50 VM steps {est.steps_p50:.0f} exceed the {steps} left"
+    return None
+
+
+def warning_reason(est: EstimateSeen | None) -> str:
+    """The rewrite's reason, quoting the draft's estimate."""
+    if est is None or est.error:
+        return "the draft could not be estimated; use the exact aggregate"
+    return (f"draft p95 {est.tokens_p95:.0f} result tokens / {est.steps_p95:.0f} VM steps exceeds the budget; "
+            "compute the answer with a selective aggregate instead")
+
+
+def peek_sql(sql: str, k: int) -> str:
+    """A bounded look at a query's first ``k`` rows."""
+    return f"SELECT * FROM ({sql.strip().rstrip(';').strip()}) LIMIT {int(k)}"
+
+
+def corroborate_sql(sql: str) -> str:
+    """An independent re-execution of the same question, as a derived table."""
+    return f"SELECT * FROM ({sql.strip().rstrip(';').strip()}) AS corroboration"
+
+
+def execute_gold(ctx: Context) -> Generator:
+    """Execute the oracle's gold query; returns the `ResultSeen`."""
+    result = yield from execute(ctx, ctx.hint.gold_sql)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------------ workflows
+
+
+class DirectAggregation(ScriptedPolicy):
+    name = "workflow.direct_aggregation"
+
+    def script(self, ctx: Context) -> Script:
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class EstimateRewrite(ScriptedPolicy):
+    name = "workflow.estimate_rewrite"
+
+    def script(self, ctx: Context) -> Script:
+        if not ctx.can("estimate_query"):
+            result = yield from execute_gold(ctx)
+            yield from finish(ctx, result)
+            return
+        draft = ctx.hint.naive_sql
+        est, warned = yield from estimate(ctx, draft)
+        if warned or est is None or est.error:
+            if ctx.can("rewrite_query"):
+                est, warned = yield from rewrite(ctx, ctx.hint.gold_sql, warning_reason(est))
+                why = over_budget(ctx, est)
+                if why is not None:
+                    yield from give_up(ctx, f"even the rewritten aggregate does not fit: {why}")
+                    return
+            elif ctx.hint.has_naive:
+                # warned but no rewrite action: the estimate cannot be acted on, so the candidate runs as drafted;
+                # the exact aggregate follows only if a query is left
+                first = yield from execute(ctx, draft)
+                if rem(ctx, "queries") == 0:
+                    yield from finish(ctx, first)
+                    return
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class DrillDown(ScriptedPolicy):
+    name = "workflow.drill_down"
+
+    def script(self, ctx: Context) -> Script:
+        if rem(ctx, "queries") >= 2 and rem(ctx, "result_tokens") >= 150 and ctx.hint.has_naive:
+            yield from execute(ctx, peek_sql(ctx.hint.naive_sql, 3))
+        elif ctx.hint.tables and ctx.can("inspect_schema"):
+            yield InspectSchema(ctx.hint.tables)
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class EvidenceCompression(ScriptedPolicy):
+    name = "workflow.evidence_compression"
+
+    def script(self, ctx: Context) -> Script:
+        if rem(ctx, "queries") >= 2 and rem(ctx, "result_tokens") >= 300 and ctx.can("manage_evidence"):
+            k = 10 if rem(ctx, "result_tokens") >= 800 else 5
+            peek = yield from execute(ctx, peek_sql(ctx.hint.naive_sql, k))
+            if peek is not None and peek.ref is not None:
+                op = "compress" if len(peek.rows) >= 8 else "archive"
+                yield ManageEvidence(op, peek.ref)
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class JustifiedAbstention(ScriptedPolicy):
+    name = "workflow.justified_abstention"
+
+    def script(self, ctx: Context) -> Script:
+        if ctx.can("estimate_query"):
+            est, _ = yield from estimate(ctx, ctx.hint.gold_sql)
+            why = over_budget(ctx, est)
+            if why is not None:
+                yield from give_up(ctx, f"the exact query cannot run within the budget: {why}")
+                return
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class SchemaFirst(ScriptedPolicy):
+    name = "workflow.schema_first"
+
+    def script(self, ctx: Context) -> Script:
+        if ctx.can("inspect_schema"):
+            yield InspectSchema(ctx.hint.tables or None)
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+class VerifyAnswer(ScriptedPolicy):
+    name = "workflow.verify_answer"
+
+    def script(self, ctx: Context) -> Script:
+        result = yield from execute_gold(ctx)
+        second = None
+        if (result is not None and result.complete and rem(ctx, "queries") >= 1 and rem(ctx, "turns") >= 2
+                and rem(ctx, "result_tokens") >= 2 * max(40, 8 * (len(result.rows) + 1))):
+            second = yield from execute(ctx, corroborate_sql(ctx.hint.gold_sql))
+        cite = (second.ref,) if second is not None and second.complete else ()
+        yield from finish(ctx, result, also_cite=cite)
+
+
+class RestoreAfterArchive(ScriptedPolicy):
+    name = "workflow.restore_after_archive"
+
+    def script(self, ctx: Context) -> Script:
+        result = yield from execute_gold(ctx)
+        if (result is not None and result.complete and ctx.can("manage_evidence") and rem(ctx, "turns") >= 3
+                and rem(ctx, "result_tokens") >= 8 * (len(result.rows) + 2)):
+            yield ManageEvidence("archive", result.ref)
+            if rem(ctx, "turns") >= 4 and ctx.can("inspect_schema") and ctx.hint.tables:
+                yield InspectSchema(ctx.hint.tables[:1])
+            fb = yield ManageEvidence("restore", result.ref)
+            if fb.status != "ok":  # the restore was refused: the rows are not visible, so they cannot be cited
+                yield from give_up(ctx, f"the archived evidence could not be restored: {fb.observation.strip()}")
+                return
+        yield from finish(ctx, result)
+
+
+class RecoverAfterRejection(ScriptedPolicy):
+    name = "workflow.recover_after_rejection"
+
+    def script(self, ctx: Context) -> Script:
+        if not ctx.hint.has_naive or rem(ctx, "queries") < 2:  # one query: no room to waste it on the draft
+            result = yield from execute_gold(ctx)
+            yield from finish(ctx, result)
+            return
+        first = yield from execute(ctx, ctx.hint.naive_sql)
+        if rem(ctx, "queries") == 0:
+            yield from give_up(ctx, "the broad draft used the last query and its rows do not answer the question")
+            return
+        if first is not None and first.status in ("rejected", "truncated", "error") and ctx.can("rewrite_query"):
+            reason = f"the broad draft was {first.status}: aggregate instead"
+            est, _ = yield from rewrite(ctx, ctx.hint.gold_sql, reason)
+            why = over_budget(ctx, est)
+            if why is not None:
+                yield from give_up(ctx, f"even the aggregate does not fit: {why}")
+                return
+        result = yield from execute_gold(ctx)
+        yield from finish(ctx, result)
+
+
+WORKFLOWS: tuple[type[ScriptedPolicy], ...] = (
+    DirectAggregation, EstimateRewrite, DrillDown, EvidenceCompression, JustifiedAbstention, SchemaFirst,
+    VerifyAnswer, RestoreAfterArchive, RecoverAfterRejection,
+)

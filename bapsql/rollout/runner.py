@@ -1,0 +1,248 @@
+"""The in-process evaluation runner: one policy × budgets × seeds over a benchmark split, logged as Parquet.
+
+Contract of `evaluate(benchmark_dir, split, policy_name, budgets, seeds, out_dir, *, run_name=None, limit=None)`:
+
+- runs every (budget, seed, task) episode in this process with ONE environment whose database handles stay warm
+  (tasks are visited database by database), the env configured with the policy's `Interface`;
+- the policy gets `oracle.policy_view(task)` (no gold) and, if scripted, the `OracleHint`;
+- writes every episode and its turns through `bapsql.logs.writer.TrajectoryWriter` into
+  ``out_dir/episodes/method=M/budget=B/part-*.parquet`` and ``out_dir/turns/...``; episode ids are deterministic
+  (`episode_id(run, method, budget, seed, task_id)`), so a rerun into the same ``out_dir`` skips episodes already
+  written;
+- returns a `RunSummary` (per-budget success, tokens, queries, invalid actions, breaches; wall time and the time
+  spent logging). With a ``console`` it shows a rich progress bar and prints the per-budget table at the end.
+
+``benchmark_dir = "demo"`` means the embedded benchmark at small scale in the cache dir, built there on first use
+(announced on stderr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from bapsql.budgets import Budget, load_ladder
+from bapsql.policies.base import Policy, PolicyOptions
+from bapsql.policies.oracle import oracle_hint, policy_view
+from bapsql.types import Task
+
+DEMO = "demo"
+DEMO_SCALE = "small"
+FLUSH_EVERY = 20_000  # log rows buffered before a flush: few, large Parquet files (each file costs a write + fsync)
+
+
+def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
+                      announce: Callable[[str], None] | None = None) -> Path:
+    """A benchmark folder: ``spec`` itself, or for ``"demo"`` the cached small embedded benchmark (built if
+    missing; ``announce`` is told so)."""
+    if str(spec) != DEMO:
+        return Path(spec)
+    from bapsql.data.cache import default_cache_dir
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = root / f"demo-{DEMO_SCALE}"
+    if not (root / "benchmark.json").is_file():
+        from bapsql.data.demo import build_demo
+
+        if announce:
+            announce(f"building the embedded demo benchmark ({DEMO_SCALE} scale) into {root} ...")
+        build_demo(root, scale=DEMO_SCALE, seed=0)
+    return root
+
+
+def load_tasks(benchmark_dir: str | Path, split: str, *, limit: int | None = None) -> list[Task]:
+    """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order."""
+    from bapsql.data.benchmark import load_benchmark
+
+    tasks = sorted(load_benchmark(benchmark_dir, split=split).tasks, key=lambda t: (t.db_id, t.task_id))
+    return tasks[:limit] if limit is not None else tasks
+
+
+def play_episode(env: Any, policy: Policy, task: Task, budget: Budget, seed: int, *,
+                 on_turn: Callable[[list[dict], str, dict], None] | None = None) -> Any:
+    """Play one episode of ``policy`` in ``env``; returns the env's `EpisodeSummary`.
+
+    ``on_turn(messages, completion, info)`` is called before each step with the live messages the policy saw,
+    its completion, and the info it decided from (the SFT exporter records turn pairs this way)."""
+    observation, info = env.reset(task, budget, seed=seed)
+    oracle = oracle_hint(task) if policy.needs_oracle else None
+    policy.reset(policy_view(task), budget, seed, PolicyOptions(policy.interface, oracle))
+    while not env.done:
+        completion = policy.act(observation, info)
+        if on_turn is not None:
+            on_turn(env.messages, completion, info)
+        step = env.step(completion)
+        observation, info = step.observation, step.info
+    return env.summary()
+
+
+@dataclass(frozen=True)
+class BudgetStats:
+    """Aggregates of one budget level over the episodes this invocation ran."""
+
+    budget: str
+    episodes: int
+    successes: int
+    mean_total_tokens: float
+    mean_queries: float
+    mean_turns: float
+    invalid_actions: int
+    breaches: int
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one `evaluate` call did."""
+
+    run: str
+    run_dir: Path
+    method: str
+    split: str
+    budgets: tuple[str, ...]
+    seeds: tuple[int, ...]
+    tasks: int
+    episodes_run: int
+    episodes_skipped: int
+    per_budget: tuple[BudgetStats, ...]
+    wall_s: float
+    log_s: float  # time spent in the trajectory writer (buffering, validation, Parquet writes)
+    play_s: float = 0.0  # time spent playing episodes (policy + env)
+    files: tuple[Path, ...] = field(default_factory=tuple)
+
+    @property
+    def invalid_actions(self) -> int:
+        return sum(b.invalid_actions for b in self.per_budget)
+
+    @property
+    def breaches(self) -> int:
+        return sum(b.breaches for b in self.per_budget)
+
+    @property
+    def log_share(self) -> float:
+        """Logging time as a share of the run's wall time."""
+        return self.log_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def episodes_per_s(self) -> float:
+        """Episodes per second of playing time (setup and logging excluded)."""
+        return self.episodes_run / self.play_s if self.play_s > 0 else 0.0
+
+
+def summary_table(summary: RunSummary) -> Any:
+    """The per-budget table (a rich `Table`) — the one place a run summary is rendered as text."""
+    from rich.table import Table
+
+    t = Table(title=f"{summary.method} on {summary.split} ({summary.episodes_run} episodes run, "
+                    f"{summary.episodes_skipped} already logged)")
+    for col in ("budget", "episodes", "success %", "total tokens", "queries", "turns", "invalid", "breaches"):
+        t.add_column(col, justify="left" if col == "budget" else "right")
+    for b in summary.per_budget:
+        t.add_row(b.budget, str(b.episodes), f"{100 * b.success_rate:.1f}", f"{b.mean_total_tokens:.0f}",
+                  f"{b.mean_queries:.2f}", f"{b.mean_turns:.2f}", str(b.invalid_actions), str(b.breaches))
+    return t
+
+
+def _log_fields(schema_names: Sequence[str], record_type: Any) -> tuple[str, ...]:
+    names = {f.name for f in dataclasses.fields(record_type)}
+    return tuple(n for n in schema_names if n in names)
+
+
+def _columns(record: Any, names: tuple[str, ...]) -> dict:
+    """The log columns a record fills (a shallow read; `dataclasses.asdict` deep-copies and is 10x slower)."""
+    return {n: getattr(record, n) for n in names}
+
+
+def _stats(level: str, rows: list[dict]) -> BudgetStats:
+    n = len(rows)
+    mean = (lambda k: sum(r[k] for r in rows) / n if n else 0.0)
+    return BudgetStats(level, n, sum(bool(r["success"]) for r in rows), mean("total_tokens"), mean("queries"),
+                       mean("turns"), sum(r["invalid_actions"] for r in rows), sum(bool(r["breach"]) for r in rows))
+
+
+def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: Sequence[str | Budget],
+             seeds: Iterable[int], out_dir: str | Path, *, run_name: str | None = None, limit: int | None = None,
+             interventions: tuple[str, ...] = (), console: Any = None, env_options: Any = None,
+             token_counter: Any = None) -> RunSummary:
+    """Run ``policy_name`` on ``split`` × ``budgets`` × ``seeds`` and log it (see the module docstring)."""
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.env.records import EnvOptions, EpisodeSummary, TurnRecord
+    from bapsql.logs.schema import EPISODES_SCHEMA, TURNS_SCHEMA
+    from bapsql.logs.writer import TrajectoryWriter, episode_id, existing_episode_ids
+    from bapsql.policies.registry import make_policy
+    from bapsql.tokens import load_token_counter
+
+    t_start = time.perf_counter()
+    EPISODE_FIELDS = _log_fields(EPISODES_SCHEMA.names, EpisodeSummary)  # noqa: N806
+    TURN_FIELDS = _log_fields(TURNS_SCHEMA.names, TurnRecord)  # noqa: N806
+    announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
+    root = resolve_benchmark(benchmark_dir, announce=announce)
+    policy = make_policy(policy_name, interventions)
+    ladder = load_ladder()
+    levels = tuple(b if isinstance(b, Budget) else ladder[b] for b in budgets)
+    seeds = tuple(int(s) for s in seeds)
+    tasks = load_tasks(root, split, limit=limit)
+    out = Path(out_dir)
+    run = run_name or out.resolve().name
+    counter = token_counter if token_counter is not None else load_token_counter("default")
+    options = policy.interface.env_options(env_options if env_options is not None else EnvOptions())
+    done = existing_episode_ids(out)
+    rows: dict[str, list[dict]] = {b.level: [] for b in levels}
+    skipped, log_s, play_s = 0, 0.0, 0.0
+    total = len(levels) * len(seeds) * len(tasks)
+
+    progress = None
+    if console is not None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), console=console, transient=True)
+        bar = progress.add_task(policy.name, total=total)
+        progress.start()
+    writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY)
+    try:
+        with DatabaseHandles(counter) as handles:
+            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options)
+            for budget in levels:
+                for seed in seeds:
+                    for task in tasks:
+                        eid = episode_id(run, policy.name, budget.level, seed, task.task_id)
+                        if eid in done:
+                            skipped += 1
+                        else:
+                            t0 = time.perf_counter()
+                            summary = play_episode(env, policy, task, budget, seed)
+                            t1 = time.perf_counter()
+                            play_s += t1 - t0
+                            ep = {**_columns(summary, EPISODE_FIELDS), "run": run, "episode_id": eid,
+                                  "sample": 0, "group_id": f"{task.task_id}@{budget.level}", "method": policy.name,
+                                  "seed": seed, "policy_version": 0}
+                            meta = {"run": run, "episode_id": eid, "method": policy.name, "budget": budget.level,
+                                    "seed": seed, "task_id": task.task_id, "db_id": task.db_id}
+                            turns = [{**_columns(rec, TURN_FIELDS), **meta} for rec in env.turn_records]
+                            writer.add_episode(ep, turns)
+                            log_s += time.perf_counter() - t1
+                            rows[budget.level].append(ep)
+                        if progress is not None:
+                            progress.advance(bar)
+    finally:
+        t0 = time.perf_counter()
+        writer.close()
+        log_s += time.perf_counter() - t0
+        if progress is not None:
+            progress.stop()
+    result = RunSummary(
+        run=run, run_dir=out, method=policy.name, split=split, budgets=tuple(b.level for b in levels), seeds=seeds,
+        tasks=len(tasks), episodes_run=sum(len(v) for v in rows.values()), episodes_skipped=skipped,
+        per_budget=tuple(_stats(b.level, rows[b.level]) for b in levels),
+        wall_s=time.perf_counter() - t_start, log_s=log_s, play_s=play_s, files=tuple(writer.files))
+    if console is not None:
+        console.print(summary_table(result))
+    return result

@@ -1,0 +1,66 @@
+"""SFT export: turn-level pairs from the workflows, loss masks exactly on the completion, deduplicated."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from bapsql.policies.chat import ChatTemplate
+from bapsql.policies.sft_export import END_OF_TURN, export_sft, pair_key
+from bapsql.tokens import DEFAULT_TOKENIZER_DIR
+
+COLUMNS = ["prompt", "completion", "prompt_ids", "completion_ids", "input_ids", "loss_mask", "workflow", "budget",
+           "task_id", "db_id", "turn", "seed"]
+
+
+@pytest.fixture(scope="module")
+def exported(minibench, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "pairs.parquet"
+    res = export_sft(minibench, "train", 60, out, seed=0)
+    return res, pq.read_table(out).to_pylist()
+
+
+def test_columns_and_counts(exported):
+    res, rows = exported
+    assert res.pairs == len(rows) == 60
+    assert list(rows[0]) == COLUMNS
+    assert {r["budget"] for r in rows} <= {"XS", "S", "M", "L"}
+    assert {r["db_id"] for r in rows} == {"shop"}  # the train split only
+    assert sum(res.per_workflow.values()) == 60 and len(res.per_workflow) == 9
+
+
+def test_loss_mask_covers_exactly_the_completion_tokens(exported):
+    template = ChatTemplate.from_dir(DEFAULT_TOKENIZER_DIR)
+    _, rows = exported
+    for r in rows:
+        assert r["input_ids"] == r["prompt_ids"] + r["completion_ids"]
+        assert len(r["loss_mask"]) == len(r["input_ids"])
+        assert r["loss_mask"] == [0] * len(r["prompt_ids"]) + [1] * len(r["completion_ids"])
+        masked = [t for t, m in zip(r["input_ids"], r["loss_mask"]) if m]
+        assert template.decode(masked) == r["completion"]
+        assert template.decode(r["prompt_ids"]) == r["prompt"]
+        assert r["completion"].startswith("<tool_call>") and r["completion"].endswith(END_OF_TURN)
+        assert r["prompt"].endswith("<|im_start|>assistant\n")
+
+
+def test_pairs_are_unique_and_deterministic(exported, minibench, tmp_path):
+    _, rows = exported
+    keys = [pair_key(r["prompt"], r["completion"]) for r in rows]
+    assert len(set(keys)) == len(keys)
+    again = export_sft(minibench, "train", 60, tmp_path / "again.parquet", seed=0)
+    assert pq.read_table(again.path).to_pylist() == rows
+
+
+def test_export_stops_when_no_new_pairs_exist(minibench, tmp_path):
+    res = export_sft(minibench, "train", 100_000, tmp_path / "all.parquet", workflows=("workflow.direct_aggregation",),
+                     budgets=("L",))
+    # one deterministic episode per task: execute + answer = 2 pairs for each of the 6 train tasks
+    assert res.pairs == 12 and res.duplicates > 0
+
+
+def test_no_planning_set_has_no_estimates_or_rewrites(minibench, tmp_path):
+    res = export_sft(minibench, "train", 40, tmp_path / "np.parquet", interventions=("no_planning",))
+    rows = pq.read_table(res.path).to_pylist()
+    assert rows and all("estimate_query" not in r["completion"] and "rewrite_query" not in r["completion"]
+                        for r in rows)
+    assert all("estimate_query(" not in r["prompt"] for r in rows)  # the tool is not offered in the system prompt
