@@ -338,8 +338,12 @@ def attach_hints(model: ProgramModel, plan: tuple[str, ...], analysis: Analysis,
         auto = "AUTOMATIC" in rest
         m_ix = re.search(r"USING (?:COVERING )?INDEX (\S+)", rest)
         index = m_ix.group(1).lower() if m_ix and not auto else None
+        cons = constraints_of(rest) if verb == "SEARCH" else []
+        # SQLite says SEARCH for any loop of a MIN()/MAX() query (WHERE_ORDERBY_MIN/MAX), even a plain Rewind scan:
+        # a SEARCH line with no key constraint may be either access
+        verb_ok = {verb} if verb == "SCAN" or cons else {"SCAN", "SEARCH"}
         for addr, kind, cur in events:
-            if addr in taken or verbs[addr] != verb or auto != (model.cursors[cur].kind == "autoindex"):
+            if addr in taken or verbs[addr] not in verb_ok or auto != (model.cursors[cur].kind == "autoindex"):
                 continue
             if index is not None and indexes[addr] != index:
                 continue
@@ -353,7 +357,6 @@ def attach_hints(model: ProgramModel, plan: tuple[str, ...], analysis: Analysis,
             taken.add(addr)
             used_alias.add((id(scope), a))
             matched[addr] = (scope, a)
-            cons = constraints_of(rest) if verb == "SEARCH" else []
             n = rel.rows * _constraint_sel(scope, a, cons) if cons else rel.rows
             if kind == "lookup":
                 n = min(1.0, n)
