@@ -1,1 +1,9 @@
-"""bapsql.train"""
+"""Training (DESIGN §5): SFT on the programmatic workflows' turn pairs, then GRPO with LoRA.
+
+Pure parts: `reward` (BAP-SQL reward and its variants), `grpo` (advantages, clipped token-level loss), `filter`
+(online difficulty filter), `sampler` (training-time task × budget prompts), `batch` (groups → samples).
+Torch parts (imported lazily): `learner` (LoRA learner), `checkpoint`, `weight_sync`, `sft` (Ray Train).
+Orchestration: `rollouts` (actors + driver for training), `loop` (the GRPO update loop), `pipeline` (stages),
+`ray_learner` (the learner as a Ray actor), `config` (strict `TrainConfig`). Importing this package imports
+nothing heavy.
+"""

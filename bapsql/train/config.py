@@ -1,0 +1,332 @@
+"""Strict training configuration (DESIGN §5): one YAML file per run family, loaded with `load_train_config`.
+
+Layout (every key is checked by `bapsql.config.from_mapping`; unknown or ill-typed keys raise `ConfigError` naming
+the key path; ``extends: main_4b.yaml`` inherits another config and overrides keys)::
+
+    name: main-4b                 # run family name; a run is <name>-seed<k>
+    seeds: [0, 1, 2]              # one adapter per seed
+    out_dir: runs/train           # <out_dir>/<name>-seed<k>/{sft,grpo,eval}
+    model: {base: PATH | builtin:tiny, dtype, device, threads, gradient_checkpointing, remote_learner, ...}
+    lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: [q_proj, ...]}
+    data: {benchmark: demo | PATH, split: train, eval_split: dev}
+    sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
+          8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp, interventions}
+    grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
+           loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
+           interventions, sft_init: merged | none}
+    reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
+    filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
+    budgets: {levels: [XS, S, M, L], weights: null}
+    rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...}
+    sync: {tolerance, check_prompt_tokens, check_completion_tokens}
+    checkpoint: {every: 10, keep: 3}
+    monitor: {kind: wandb | none | memory, project}
+    eval: {enabled, budgets, seeds, limit}
+
+``rollout.engine`` is the engine helper's `EngineConfig` mapping (kind vllm | hf, ...) without the model path,
+which the training stage fills in (the SFT-merged model; the adapter is loaded by weight sync).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bapsql.budgets import LEVELS
+from bapsql.config import from_mapping, read_yaml
+from bapsql.errors import ConfigError
+from bapsql.train.filter import FilterConfig
+from bapsql.train.grpo import LossConfig
+from bapsql.train.reward import RewardConfig
+
+LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA on the attention and MLP projections (paper: rank 32)."""
+
+    rank: int = 32
+    alpha: int = 64
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = LORA_TARGETS
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha < 1:
+            raise ConfigError(f"lora: rank and alpha must be >= 1, got {self.rank}, {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ConfigError("lora.target_modules: name at least one module")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW + schedule. ``total_steps`` is filled in by the stage (SFT: steps of the epoch; GRPO: updates)."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    total_steps: int = 1
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.max_grad_norm <= 0:
+            raise ConfigError(f"optim: lr and max_grad_norm must be > 0, got {self.lr}, {self.max_grad_norm}")
+        if self.warmup_steps < 0 or self.total_steps < 1:
+            raise ConfigError("optim: warmup_steps must be >= 0 and total_steps >= 1")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """What `bapsql.train.learner.Learner` needs."""
+
+    model_path: str
+    lora: LoraSpec = LoraSpec()
+    optim: OptimConfig = OptimConfig()
+    adapter_path: str | None = None
+    micro_batch_tokens: int = 16_384
+    dtype: Dtype = "float32"
+    device: str = "auto"
+    threads: int | None = 1
+    gradient_checkpointing: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_tokens < 1:
+            raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    base: str  # a transformers folder, or "builtin:tiny" (bapsql.experiment.resolve_model builds it locally)
+    dtype: Dtype = "bfloat16"
+    device: str = "auto"
+    threads: int | None = None
+    gradient_checkpointing: bool = False
+    remote_learner: bool = False  # run the GRPO learner in a Ray actor (a GPU node on a cluster)
+    learner_gpus: float = 0.0
+    learner_cpus: float = 1.0
+
+
+@dataclass(frozen=True)
+class DataSection:
+    benchmark: str = "demo"
+    split: str = "train"
+    eval_split: str = "dev"
+    limit: int | None = None  # first N training tasks (smoke runs)
+
+
+@dataclass(frozen=True)
+class SFTSection:
+    enabled: bool = True
+    data: str | None = None  # Parquet from `bapsql sft-data`; exported into the run dir when missing
+    export_pairs: int = 8192
+    lr: float = 1e-4
+    effective_batch: int = 128
+    micro_batch_tokens: int = 16_384
+    max_length: int = 8192
+    epochs: int = 1
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    num_workers: int = 1
+    use_gpu: bool = False
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    interventions: tuple[str, ...] = ()  # e.g. [no_planning] for the action-matched no-planning SFT
+
+    def __post_init__(self) -> None:
+        if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
+            raise ConfigError("sft: effective_batch, epochs and num_workers must be >= 1, max_length >= 2")
+        if self.effective_batch % self.num_workers:
+            raise ConfigError(f"sft.effective_batch ({self.effective_batch}) must divide by num_workers "
+                              f"({self.num_workers})")
+
+
+@dataclass(frozen=True)
+class GRPOSection:
+    enabled: bool = True
+    lr: float = 1e-6
+    updates: int = 120
+    temperature: float = 1.0
+    top_p: float = 0.95
+    max_new_tokens: int = 512
+    advantage_scale: Literal["std", "none"] = "std"
+    loss: LossConfig = LossConfig()
+    micro_batch_tokens: int = 16_384
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    # Context-only RL: the loss covers only turns whose action is listed (null = every policy turn).
+    trainable_actions: tuple[str, ...] | None = None
+    interventions: tuple[str, ...] = ()  # e.g. [no_planning]
+    sft_init: Literal["merged", "none"] = "merged"
+
+    def __post_init__(self) -> None:
+        if self.updates < 0 or self.max_new_tokens < 1 or self.lr <= 0:
+            raise ConfigError("grpo: updates must be >= 0, max_new_tokens >= 1, lr > 0")
+        if not 0 < self.top_p <= 1 or self.temperature < 0:
+            raise ConfigError("grpo: top_p must be in (0, 1] and temperature >= 0")
+
+
+@dataclass(frozen=True)
+class BudgetSection:
+    levels: tuple[str, ...] = LEVELS
+    weights: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RolloutSection:
+    engine: dict[str, Any] = field(default_factory=lambda: {"kind": "vllm"})
+    env_workers: int = 2
+    env_worker_cpus: float = 1.0
+    engine_replicas: int = 1
+    engine_gpus: float = 0.0
+    engine_threads: int = 1
+    in_flight: int = 64
+    ray_address: str | None = None  # None: a private local Ray started by the job; "auto": join the cluster
+    num_cpus: int | None = None  # CPUs of a private local Ray
+    use_ray: bool = True  # False: the same actors in-process (tests, debugging)
+    write_trajectories: bool = True  # log every training trajectory as Parquet under <run>/grpo/rollouts
+    method: str = "model.policy"  # the method name rollouts are logged under
+
+    def __post_init__(self) -> None:
+        if self.env_workers < 1 or self.engine_replicas < 1 or self.in_flight < 1:
+            raise ConfigError("rollout: env_workers, engine_replicas and in_flight must be >= 1")
+        if "model" in self.engine:
+            raise ConfigError("rollout.engine.model: leave it out; the training stage serves its own model")
+
+
+@dataclass(frozen=True)
+class SyncSection:
+    tolerance: float = 0.02  # mean |engine − learner| logprob over the probe completion
+    max_tolerance: float = 0.5  # and no single token further apart than this
+    probe_completion_tokens: int = 24
+
+    def __post_init__(self) -> None:
+        if self.tolerance <= 0 or self.max_tolerance < self.tolerance:
+            raise ConfigError("sync: need 0 < tolerance <= max_tolerance")
+
+
+@dataclass(frozen=True)
+class CheckpointSection:
+    every: int = 10
+    keep: int = 3
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or self.keep < 1:
+            raise ConfigError("checkpoint: every and keep must be >= 1")
+
+
+@dataclass(frozen=True)
+class MonitorSection:
+    kind: Literal["wandb", "none", "memory"] = "wandb"
+    project: str = "bapsql"
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    """The evaluation sweep after training: the SFT and the GRPO policy (merged folders) on ``data.eval_split``,
+    then the analysis report (bapsql.analysis) over that sweep."""
+
+    enabled: bool = False
+    budgets: tuple[str, ...] = LEVELS
+    seeds: tuple[int, ...] = (0,)
+    limit: int | None = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    replicates: int = 1000  # bootstrap replicates of the analysis
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training recipe (see the module docstring)."""
+
+    name: str
+    model: ModelSection
+    seeds: tuple[int, ...] = (0,)
+    out_dir: str = "runs/train"
+    lora: LoraSpec = LoraSpec()
+    data: DataSection = DataSection()
+    sft: SFTSection = SFTSection()
+    grpo: GRPOSection = GRPOSection()
+    reward: RewardConfig = RewardConfig()
+    filter: FilterConfig = FilterConfig()
+    budgets: BudgetSection = BudgetSection()
+    rollout: RolloutSection = RolloutSection()
+    sync: SyncSection = SyncSection()
+    checkpoint: CheckpointSection = CheckpointSection()
+    monitor: MonitorSection = MonitorSection()
+    eval: EvalSection = EvalSection()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ConfigError("seeds: list at least one seed")
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"name: must be a non-empty path-safe name, got {self.name!r}")
+        unknown = sorted(set(self.budgets.levels) - set(LEVELS))
+        if unknown:
+            raise ConfigError(f"budgets.levels: unknown level(s) {unknown}; use {list(LEVELS)}")
+
+    def run_dir(self, seed: int) -> Path:
+        return Path(self.out_dir) / f"{self.name}-seed{seed}"
+
+    def learner_config(self, model_path: str | Path, stage: Literal["sft", "grpo"], *, seed: int,
+                       total_steps: int, adapter_path: str | None = None) -> LearnerConfig:
+        """The learner settings of ``stage`` on ``model_path``."""
+        s = self.sft if stage == "sft" else self.grpo
+        optim = OptimConfig(lr=s.lr, warmup_steps=s.warmup_steps,
+                            schedule=self.sft.schedule if stage == "sft" else "constant",
+                            total_steps=max(1, total_steps),
+                            max_grad_norm=self.grpo.max_grad_norm if stage == "grpo" else 1.0)
+        return LearnerConfig(model_path=str(model_path), lora=self.lora, optim=optim, adapter_path=adapter_path,
+                             micro_batch_tokens=s.micro_batch_tokens, dtype=self.model.dtype,
+                             device=self.model.device, threads=self.model.threads,
+                             gradient_checkpointing=self.model.gradient_checkpointing, seed=seed)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The YAML mapping of ``path`` with its ``extends:`` parent (a path relative to it) merged underneath."""
+    p = path.resolve()
+    if p in seen:
+        raise ConfigError(f"{path}: extends forms a cycle")
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: expected a path to another training config")
+    return _deep_merge(_read_raw(p.parent / parent, (*seen, p)), raw)
+
+
+def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Load a training YAML strictly. ``extends: other.yaml`` (relative to the file) inherits every key of that
+    config and overrides what this file sets (mappings merge key by key; lists and values replace).
+    ``overrides`` (dotted keys → values) are applied last."""
+    raw = _read_raw(Path(path))
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {p} is not a mapping")
+        node[leaf] = value
+    try:
+        return from_mapping(TrainConfig, raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,142 @@
+"""GRPO math (DESIGN §5): group-relative advantages and the token-level clipped policy-gradient loss. Pure.
+
+Advantages (numpy): for trajectory ``i`` of group ``g``, ``A_i = (R_i − mean_g R) / (std_g R + eps)`` (``scale =
+"std"``; std is the unbiased sample std, as TRL / verl compute it; a group of one has std 0) or ``A_i = R_i − mean_g
+R`` (``scale = "none"``, Dr. GRPO). Groups whose rewards are all equal get zero advantages.
+
+Loss (torch tensors, used by the learner; no torch import is needed here because only tensor methods are used).
+Per policy token ``t`` of sequence ``b`` (``mask[b, t] = 1`` exactly on sampled tokens, 0 on prompt/observation)::
+
+    ratio  = exp(logp − old)                                   # PPO ratio vs the rollout-time learner policy
+    w      = min(exp(old − engine), is_cap)   (no gradient)    # truncated importance correction (TIS) for the
+                                                               # engine-vs-learner logprob mismatch
+    pg     = −w · min(ratio·A_b, clip(ratio, 1 − clip_low, 1 + clip_high)·A_b)
+    kl     = exp(ref − logp) − (ref − logp) − 1                # k3 estimator, only when kl_coef > 0
+    loss   = Σ_{b,t} mask·(pg + kl_coef·kl) / normalizer       # token-level mean ("token-mean", DAPO)
+
+``old`` is the learner's logprob under the weights that produced the rollouts; when it is not given (one optimizer
+step per rollout batch, the default) it is ``logp.detach()``, so the ratio is 1 in value and the product
+``w · ratio`` equals the ratio of the learner to the behaviour (engine) policy truncated at ``is_cap``.
+``normalizer`` defaults to the number of policy tokens in the tensors given; with gradient accumulation pass the
+token count of the whole effective batch so micro-batches add up to the full-batch loss.
+
+Shapes: ``logp``, ``engine_logp``, ``old_logp``, ``ref_logp``, ``mask``: ``[B, T]``; ``advantages``: ``[B]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from bapsql.errors import ConfigError
+
+AdvantageScale = Literal["std", "none"]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Knobs of the policy loss (see the module docstring). ``is_cap`` ≤ 0 disables the importance correction."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    is_cap: float = 2.0
+    kl_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ConfigError(f"grpo clip range must satisfy 0 <= clip_low < 1 and clip_high >= 0, got "
+                              f"{self.clip_low}, {self.clip_high}")
+        if self.kl_coef < 0:
+            raise ConfigError(f"grpo.kl_coef: must be >= 0, got {self.kl_coef}")
+
+
+@dataclass(frozen=True)
+class LossStats:
+    """Token-weighted statistics of one loss evaluation (plain floats, summed by the learner over micro-batches).
+
+    ``tokens``: policy tokens; the other fields are *sums* over those tokens (divide by ``tokens`` for means)."""
+
+    tokens: float
+    clipped: float  # tokens whose clipped term was active (the gradient is cut)
+    is_weight: float  # Σ w
+    is_truncated: float  # tokens with exp(old − engine) > is_cap
+    mismatch: float  # Σ |old − engine|: engine-vs-learner logprob mismatch
+    kl: float  # Σ k3(ref, logp), 0 without a reference
+    pg: float  # Σ pg term (unnormalized)
+
+
+def group_advantages(rewards: np.ndarray, groups: np.ndarray, *, scale: AdvantageScale = "std",
+                     eps: float = 1e-6) -> np.ndarray:
+    """Group-relative advantages ``[N]`` for rewards ``[N]`` with group ids ``[N]`` (see the module docstring)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    groups = np.asarray(groups)
+    if rewards.shape != groups.shape or rewards.ndim != 1:
+        raise ValueError(f"rewards and groups must both be [N], got {rewards.shape} and {groups.shape}")
+    if scale not in ("std", "none"):
+        raise ConfigError(f"advantage scale must be 'std' or 'none', got {scale!r}")
+    out = np.zeros_like(rewards)
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        r = rewards[idx]
+        centered = r - r.mean()
+        if scale == "std":
+            std = r.std(ddof=1) if len(r) > 1 else 0.0
+            centered = centered / (std + eps)
+        out[idx] = centered
+    return out
+
+
+def policy_loss(logp: Any, engine_logp: Any, advantages: Any, mask: Any, cfg: LossConfig = LossConfig(), *,
+                old_logp: Any = None, ref_logp: Any = None, normalizer: float | None = None) -> tuple[Any, LossStats]:
+    """The token-level clipped policy-gradient loss (a scalar tensor with grad through ``logp``) and its stats.
+
+    ``logp`` ``[B, T]`` (with grad), ``engine_logp`` ``[B, T]``, ``advantages`` ``[B]``, ``mask`` ``[B, T]``
+    (0/1, any dtype), optional ``old_logp`` / ``ref_logp`` ``[B, T]``; see the module docstring."""
+    if logp.shape != engine_logp.shape or logp.shape != mask.shape or advantages.shape != logp.shape[:1]:
+        raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, engine_logp {tuple(engine_logp.shape)}, "
+                         f"mask {tuple(mask.shape)}, advantages {tuple(advantages.shape)}")
+    m = mask.to(logp.dtype)
+    old = logp.detach() if old_logp is None else old_logp.to(logp.dtype)
+    adv = advantages.to(logp.dtype)[:, None]
+    ratio = (logp - old).exp()
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * adv
+    surrogate = unclipped.minimum(clipped)
+    log_w = (old - engine_logp.to(logp.dtype)).detach()
+    if cfg.is_cap > 0:
+        raw_w = log_w.exp()
+        w = raw_w.clamp(max=cfg.is_cap)
+    else:
+        raw_w = w = log_w * 0 + 1
+    pg = -w * surrogate
+    total = pg
+    kl = None
+    if cfg.kl_coef > 0:
+        if ref_logp is None:
+            raise ConfigError("kl_coef > 0 needs reference logprobs")
+        d = ref_logp.to(logp.dtype) - logp
+        kl = d.exp() - d - 1.0
+        total = total + cfg.kl_coef * kl
+    tokens = float(m.sum())
+    denom = float(normalizer) if normalizer is not None else max(tokens, 1.0)
+    loss = (total * m).sum() / denom
+    with_grad_cut = ((clipped < unclipped) & (m > 0)).to(logp.dtype)
+    stats = LossStats(
+        tokens=tokens,
+        clipped=float(with_grad_cut.sum()),
+        is_weight=float((w * m).sum()),
+        is_truncated=float(((raw_w > cfg.is_cap) & (m > 0)).sum()) if cfg.is_cap > 0 else 0.0,
+        mismatch=float((log_w.abs() * m).sum()),
+        kl=float((kl.detach() * m).sum()) if kl is not None else 0.0,
+        pg=float((pg.detach() * m).sum()),
+    )
+    return loss, stats
+
+
+def sum_stats(stats: list[LossStats]) -> LossStats:
+    """Field-wise sum of micro-batch stats."""
+    if not stats:
+        return LossStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return LossStats(*(sum(getattr(s, f) for s in stats) for f in LossStats.__dataclass_fields__))

@@ -1,0 +1,322 @@
+"""The training recipe as one call per stage (DESIGN §5): SFT → GRPO → evaluation sweep + analysis.
+
+Every stage of seed ``k`` works in ``run_dir = <out_dir>/<name>-seed<k>``:
+
+- `run_sft_stage`: exports the workflows' turn pairs when ``sft.data`` is not given (``bapsql sft-data`` logic,
+  into ``run_dir/sft_pairs.parquet``), runs Ray Train SFT (`bapsql.train.sft.run_sft`) and leaves
+  ``run_dir/sft/{adapter,merged}`` and ``sft/result.json``;
+- `run_grpo_stage`: LoRA on the SFT-merged model (or the base with ``grpo.sft_init: none``), rollouts with the
+  configured engine (vLLM here and on GPUs; HF as the reference) on env workers — Ray actors, or in-process with
+  ``rollout.use_ray: false`` — and the `GRPOTrainer` loop; ``--resume`` continues from
+  ``run_dir/grpo/checkpoints``. Leaves ``grpo/{adapter,merged}``, ``grpo/history.jsonl`` and the rollouts' Parquet
+  logs under ``grpo/rollouts``;
+- `run_eval_stage`: the SFT and GRPO policies (merged folders) swept over ``eval.budgets`` × ``eval.seeds`` on
+  ``data.eval_split`` (`bapsql.rollout.sweep.run_sweep`), then `bapsql.analysis.analyze_runs` writes the report;
+- `run_recipe` runs the stages in order inside one Ray session (a private local Ray, or the cluster at
+  ``rollout.ray_address``), skipping SFT when its outputs exist.
+
+The base model ``builtin:tiny`` is the tiny Qwen-architecture model the rollout helpers share
+(`bapsql.experiment.resolve_model`), built into the cache dir on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bapsql.budgets import load_ladder
+from bapsql.errors import ConfigError
+from bapsql.train.config import TrainConfig
+from bapsql.train.sft import SFTResult
+
+MODEL_LEN_MARGIN = 64
+
+
+@dataclass(frozen=True)
+class GRPOResult:
+    """What a GRPO stage did: updates done (in total), where the policy is, and the per-update metrics."""
+
+    run_dir: Path
+    updates: int
+    resumed_from: int
+    adapter_dir: Path
+    merged_dir: Path
+    history: tuple[dict, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RecipeResult:
+    sft: SFTResult | None
+    grpo: GRPOResult | None
+    eval_dir: Path | None
+    report_dir: Path | None
+    success: dict[str, dict[str, float]]  # method -> level -> success rate of the evaluation sweep
+
+
+def _say(console: Any, msg: str) -> None:
+    if console is not None:
+        console.print(f"[cyan]{msg}[/cyan]")
+
+
+def base_model(cfg: TrainConfig, console: Any = None) -> Path:
+    from bapsql.experiment import resolve_model
+
+    path = Path(resolve_model(cfg.model.base, announce=lambda m: _say(console, m)))
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"model.base: {path} is not a transformers model folder (no config.json)")
+    return path
+
+
+def sft_dir(cfg: TrainConfig, seed: int) -> Path:
+    return cfg.run_dir(seed) / "sft"
+
+
+def policy_base(cfg: TrainConfig, seed: int, console: Any = None) -> Path:
+    """The model GRPO trains a fresh LoRA on: the SFT-merged model, or the base with ``sft_init: none``."""
+    if cfg.grpo.sft_init == "none":
+        return base_model(cfg, console)
+    merged = sft_dir(cfg, seed) / "merged"
+    if not (merged / "config.json").is_file():
+        raise ConfigError(f"no SFT model at {merged}; run the SFT stage first (python -m jobs.sft --config ...)")
+    return merged
+
+
+def ray_context(cfg: TrainConfig, run_dir: Path) -> contextlib.AbstractContextManager:
+    """One Ray session for the stages: join ``rollout.ray_address``, reuse a running one, or start a private one."""
+    from bapsql.rollout.ray_shell import ray_session, short_temp_dir
+
+    r = cfg.rollout
+    # logical CPUs: env workers + the engines of the largest stage (evaluation serves the SFT and GRPO policies side
+    # by side) + the writer and Ray Train's controller. Actors wait for free logical CPUs, so too few would hang.
+    ncpu = r.num_cpus or r.env_workers + 2 * r.engine_replicas + 2
+    return ray_session(r.ray_address, num_cpus=ncpu,
+                       temp_dir=None if r.ray_address else short_temp_dir(run_dir / "tmp"))
+
+
+# ---------------------------------------------------------------------------------------------------------- SFT
+def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTResult:
+    """Export pairs if needed and run Ray Train SFT (Ray must be up: `run_recipe` / the job opens the session)."""
+    from bapsql.train.sft import run_sft
+
+    run_dir = cfg.run_dir(seed)
+    base = base_model(cfg, console)
+    data = Path(cfg.sft.data) if cfg.sft.data else run_dir / "sft_pairs.parquet"
+    if not data.is_file():
+        if cfg.sft.data:
+            raise ConfigError(f"sft.data: {data} does not exist; export it with `bapsql sft-data --out {data}`")
+        from bapsql.policies.sft_export import export_sft
+
+        _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
+        export_sft(cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data, seed=seed,
+                   interventions=cfg.sft.interventions, max_length=cfg.sft.max_length, tokenizer_dir=base)
+    n_pairs = _count_rows(data)
+    steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
+    lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
+    _say(console, f"SFT: {n_pairs} pairs, {steps} steps, {cfg.sft.num_workers} Ray Train worker(s)")
+    result = run_sft(data, lcfg, sft_dir(cfg, seed), effective_batch=cfg.sft.effective_batch,
+                     max_length=cfg.sft.max_length, epochs=cfg.sft.epochs, seed=seed,
+                     num_workers=cfg.sft.num_workers, use_gpu=cfg.sft.use_gpu, strategy=cfg.sft.strategy)
+    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()
+              if k != "history"}
+    _atomic_write(sft_dir(cfg, seed) / "result.json", json.dumps(record, indent=1, default=str))
+    return result
+
+
+def _count_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------------------- GRPO
+def env_options_for(interventions: tuple[str, ...]) -> Any:
+    """The env options of the policy's interface after ``interventions`` (e.g. ``no_planning``)."""
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.base import Interface
+    from bapsql.policies.interventions import INTERVENTIONS
+
+    interface = Interface()
+    for name in interventions:
+        if name not in INTERVENTIONS:
+            raise ConfigError(f"grpo.interventions: unknown intervention {name!r}; known: {sorted(INTERVENTIONS)}")
+        interface = INTERVENTIONS[name].transform(interface)
+    return interface.env_options(EnvOptions())
+
+
+def engine_config(cfg: TrainConfig, model: Path, *, lora: bool) -> Any:
+    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``)."""
+    from bapsql.rollout.engines.base import load_engine_config
+
+    ladder = load_ladder()
+    need = max(ladder[b].context_tokens for b in cfg.budgets.levels) + MODEL_LEN_MARGIN
+    raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
+    if lora:
+        raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)))
+    ec = load_engine_config(raw, "rollout.engine")
+    if ec.max_model_len < need:
+        raise ConfigError(f"rollout.engine.max_model_len: {ec.max_model_len} cannot hold the largest budget's "
+                          f"context; set at least {need}")
+    return ec
+
+
+def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
+                   updates: int | None = None) -> GRPOResult:
+    """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it)."""
+    from bapsql.logs.monitor import make_monitor
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.rollout.agent import AgentConfig
+    from bapsql.rollout.driver import DriverConfig
+    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.train.loop import GRPOTrainer
+    from bapsql.train.rollouts import TrainingRollouts
+    from bapsql.train.weight_sync import make_probe
+
+    t0 = time.perf_counter()
+    run_dir = cfg.run_dir(seed)
+    grpo_dir = run_dir / "grpo"
+    grpo_dir.mkdir(parents=True, exist_ok=True)
+    base = policy_base(cfg, seed, console)
+    tasks = load_tasks(resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)), cfg.data.split,
+                       limit=cfg.data.limit)
+    if not tasks:
+        raise ConfigError(f"data.split {cfg.data.split!r} has no tasks")
+    total = cfg.grpo.updates if updates is None else updates
+    lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total))
+    if cfg.model.remote_learner:
+        from bapsql.train.ray_learner import RemoteLearner
+
+        learner = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
+    else:
+        from bapsql.train.learner import Learner
+
+        learner = Learner(lcfg)
+    r = cfg.rollout
+    if r.use_ray:
+        from bapsql.rollout.ray_shell import RayBackend
+
+        backend: Any = RayBackend()
+    else:
+        from bapsql.rollout.backend import LocalBackend
+
+        backend = LocalBackend()
+    agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
+                        top_p=cfg.grpo.top_p)
+    n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
+    rollouts = TrainingRollouts(
+        backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=r.method, agent=agent,
+        engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
+        env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=env_options_for(cfg.grpo.interventions),
+        writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
+        driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
+        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus)
+    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=f"{cfg.name}-seed{seed}",
+                           config=dataclasses.asdict(cfg), dir=grpo_dir)
+    history_path = grpo_dir / "history.jsonl"
+    try:
+        trainer = GRPOTrainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
+                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens),
+                              run_dir=grpo_dir, monitor=monitor)
+        first = trainer.start(resume=resume)
+        resumed_from = trainer.update
+        if not resume and history_path.exists():
+            history_path.unlink()
+        _say(console, f"GRPO from update {resumed_from} to {total} (sync check: mean |Δ| = {first.mean_abs:.2e})")
+        while trainer.update < total:
+            rec = trainer.step()
+            with history_path.open("a") as f:
+                f.write(json.dumps(rec.metrics) + "\n")
+            _say(console, _progress_line(rec.update, total, rec.metrics))
+        trainer.checkpoint()
+        adapter = learner.save_adapter(grpo_dir / "adapter")
+        merged = learner.merge_and_save(grpo_dir / "merged")
+    finally:
+        monitor.close()
+        rollouts.close()
+        if hasattr(learner, "close"):
+            learner.close()
+    history = tuple(json.loads(line) for line in history_path.read_text().splitlines()) \
+        if history_path.exists() else ()
+    return GRPOResult(run_dir=grpo_dir, updates=total, resumed_from=resumed_from, adapter_dir=Path(adapter),
+                      merged_dir=Path(merged), history=history, seconds=time.perf_counter() - t0)
+
+
+def _progress_line(update: int, total: int, m: dict[str, float]) -> str:
+    loss = f"{m['learner/loss']:.4f}" if "learner/loss" in m else "skipped"
+    return (f"update {update}/{total}: success {m['success/all']:.2f}, reward {m['reward/mean']:.3f}, kept "
+            f"{int(m['filter/kept_groups'])}/{int(m['filter/drawn_groups'])} groups, loss {loss}, "
+            f"rollout {m['time/rollout_s']:.1f}s learner {m['time/learner_s']:.1f}s sync {m['time/sync_s']:.1f}s")
+
+
+# --------------------------------------------------------------------------------------------------------- eval
+def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None
+                   ) -> tuple[Any, Path]:
+    """Sweep the given policies (name → merged model folder) and analyse the sweep; returns (summary, report dir)."""
+    from bapsql.analysis.analyze import analyze_runs
+    from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
+    from bapsql.rollout.sweep import run_sweep
+
+    run_dir = cfg.run_dir(seed)
+    engines = {name: engine_config(cfg, path, lora=False) for name, path in models.items()}
+    r = cfg.rollout
+    exp = validate(ExperimentConfig(
+        run=f"{cfg.name}-seed{seed}-eval", methods=tuple(f"model:{n}" for n in models), benchmark=cfg.data.benchmark,
+        split=cfg.data.eval_split, limit=cfg.eval.limit, budgets=cfg.eval.budgets, seeds=cfg.eval.seeds,
+        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature),
+        workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
+                              env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
+        out_dir=str(run_dir / "eval")))
+    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / "eval", console=console,
+                        backend="ray" if r.use_ray else "local")
+    report = run_dir / "report"
+    analyze_runs([run_dir / "eval"], report, replicates=cfg.eval.replicates, seed=seed)
+    return summary, report
+
+
+# ------------------------------------------------------------------------------------------------------- recipe
+def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False, stages: tuple[str, ...] = ("sft", "grpo",
+               "eval"), console: Any = None) -> RecipeResult:
+    """Run the stages in order inside one Ray session (see the module docstring)."""
+    unknown = sorted(set(stages) - {"sft", "grpo", "eval"})
+    if unknown:
+        raise ConfigError(f"unknown stage(s) {unknown}; stages are sft, grpo, eval")
+    run_dir = cfg.run_dir(seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    need_ray = "sft" in stages or cfg.rollout.use_ray
+    sft = grpo = None
+    eval_dir = report = None
+    success: dict[str, dict[str, float]] = {}
+    with (ray_context(cfg, run_dir) if need_ray else contextlib.nullcontext()):
+        if "sft" in stages and cfg.sft.enabled:
+            if (sft_dir(cfg, seed) / "merged" / "config.json").is_file() and resume:
+                _say(console, f"SFT outputs exist in {sft_dir(cfg, seed)}; skipping SFT (resume)")
+            else:
+                sft = run_sft_stage(cfg, seed, console=console)
+        if "grpo" in stages and cfg.grpo.enabled:
+            grpo = run_grpo_stage(cfg, seed, resume=resume, console=console)
+        if "eval" in stages and cfg.eval.enabled:
+            models: dict[str, Path] = {}
+            if cfg.sft.enabled and (sft_dir(cfg, seed) / "merged").is_dir():
+                models["sft"] = sft_dir(cfg, seed) / "merged"
+            if cfg.grpo.enabled and (run_dir / "grpo" / "merged").is_dir():
+                models["grpo"] = run_dir / "grpo" / "merged"
+            if not models:
+                raise ConfigError("eval: no trained policy to evaluate (run the sft / grpo stages first)")
+            summary, report = run_eval_stage(cfg, seed, models, console=console)
+            eval_dir = run_dir / "eval"
+            for c in summary.cells:
+                success.setdefault(c.method, {})[c.budget] = c.success_rate
+    return RecipeResult(sft, grpo, eval_dir, report, success)

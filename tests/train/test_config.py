@@ -1,0 +1,66 @@
+"""Strict training configs: every shipped recipe loads; typos fail loudly naming the key; extends merges."""
+
+from pathlib import Path
+
+import pytest
+
+from bapsql.errors import ConfigError
+from bapsql.train.config import load_train_config
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted((ROOT / "configs" / "train").glob("*.yaml"))
+
+
+def test_every_recipe_loads_with_the_paper_settings():
+    names = {}
+    for path in RECIPES:
+        cfg = load_train_config(path)
+        names[path.stem] = cfg
+        assert cfg.seeds == (0, 1, 2) and cfg.lora.rank == 32
+        assert (cfg.sft.lr, cfg.sft.effective_batch, cfg.sft.max_length, cfg.sft.epochs) == (1e-4, 128, 8192, 1)
+        assert (cfg.grpo.lr, cfg.grpo.updates, cfg.grpo.temperature, cfg.grpo.top_p) == (1e-6, 120, 1.0, 0.95)
+        assert (cfg.filter.group_size, cfg.filter.min_success, cfg.filter.max_success,
+                cfg.filter.groups_per_update) == (8, 2, 6, 16)
+        assert cfg.grpo.loss.kl_coef == 0.0 and cfg.budgets.levels == ("XS", "S", "M", "L")
+    assert names["ablation_sql_rl"].reward.variant == "correctness"
+    assert names["ablation_no_efficiency"].reward.variant == "no_efficiency"
+    assert names["ablation_no_planning"].grpo.interventions == ("no_planning",)
+    assert names["ablation_no_planning"].sft.interventions == ("no_planning",)
+    assert names["ablation_no_planning_sql_rl"].reward.variant == "correctness"
+    assert names["ablation_context_only"].grpo.trainable_actions == ("manage_evidence",)
+    assert names["main_4b"].reward.variant == "full" and names["main_4b"].grpo.interventions == ()
+    assert names["main_7b"].model.base != names["main_4b"].model.base != names["sql_transfer_4b"].model.base
+    assert len({c.name for c in names.values()}) == len(names)
+
+
+def test_smoke_recipe_is_cpu_sized():
+    cfg = load_train_config(ROOT / "configs" / "smoke.yaml")
+    assert cfg.model.base == "builtin:tiny" and cfg.rollout.engine["kind"] == "vllm" and cfg.eval.enabled
+    assert cfg.grpo.updates <= 5 and not cfg.sft.use_gpu and cfg.sft.num_workers == 1
+
+
+def test_typos_and_bad_values_fail_naming_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel: {base: m}\ngrpo: {learning_rate: 1.0e-6}\n")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        load_train_config(bad)
+    bad.write_text("name: x\nmodel: {base: m}\nfilter: {min_success: 7, max_success: 6}\n")
+    with pytest.raises(ConfigError, match="min_success"):
+        load_train_config(bad)
+    bad.write_text("name: x\nmodel: {base: m}\nrollout: {engine: {kind: vllm, model: /x}}\n")
+    with pytest.raises(ConfigError, match="rollout.engine.model"):
+        load_train_config(bad)
+    bad.write_text("name: x\nmodel: {base: m}\nreward: {variant: shaped}\n")
+    with pytest.raises(ConfigError, match="variant"):
+        load_train_config(bad)
+
+
+def test_extends_merges_and_overrides(tmp_path):
+    (tmp_path / "parent.yaml").write_text("name: p\nmodel: {base: m, dtype: float32}\ngrpo: {lr: 1.0e-5, updates: 9}\n")
+    (tmp_path / "child.yaml").write_text("extends: parent.yaml\nname: c\ngrpo: {updates: 3}\n")
+    cfg = load_train_config(tmp_path / "child.yaml", {"grpo.top_p": 0.5})
+    assert (cfg.name, cfg.model.dtype, cfg.grpo.lr, cfg.grpo.updates, cfg.grpo.top_p) == ("c", "float32", 1e-5, 3, 0.5)
+    (tmp_path / "loop.yaml").write_text("extends: loop.yaml\nname: l\nmodel: {base: m}\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_train_config(tmp_path / "loop.yaml")
+    assert cfg.run_dir(2).name == "c-seed2"
