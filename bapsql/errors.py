@@ -73,3 +73,8 @@ class LogRowError(BapsqlError):
 class EnvStateError(BapsqlError):
     """Raised by the episode environment when it is driven out of order: `step()` before `reset()`, or after the
     episode has terminated or been truncated. (Bad model output is never an error: it is an invalid action.)"""
+
+
+class RolloutError(BapsqlError):
+    """Raised by the rollout driver when a sweep cannot complete: an episode's actors died more often than the
+    configured number of reruns, an actor raised an error in its own code, or no actor could be started."""

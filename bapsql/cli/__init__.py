@@ -11,6 +11,16 @@ import click
 
 # (module, attribute) pairs: each attribute is a click command or group added to the top-level group.
 _COMMANDS: tuple[tuple[str, str], ...] = (
+    ("bapsql.cli.analyze", "analyze"),
+    ("bapsql.cli.db", "estimate"),
+    ("bapsql.cli.env", "exec_cmd"),
+    ("bapsql.cli.env", "episode_cmd"),
+    ("bapsql.cli.eval", "eval_cmd"),
+    ("bapsql.cli.eval", "policies_cmd"),
+    ("bapsql.cli.eval", "sft_data_cmd"),
+    ("bapsql.cli.data", "data"),
+    ("bapsql.cli.sweep", "sweep_cmd"),
+    ("bapsql.cli.model", "model"),
 )
 
 

@@ -1,0 +1,223 @@
+"""Experiment configs: one YAML file fixes a whole evaluation sweep (methods × budgets × seeds × split × engines).
+
+`load_experiment(path, **overrides)` reads the YAML strictly (`bapsql.config.from_mapping`: an unknown or
+misspelled key, a missing key or a bad value raises `ConfigError` naming the key path) and checks the parts that
+need the rest of the system: every method name is a known policy (`bapsql.policies.registry`) or a model policy
+``model:<engine>`` whose engine is configured under ``engines`` (validated as `EngineConfig` s); every budget is a
+level of the ladder; seeds are distinct. Method names are canonicalized to their path-safe log form
+(``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite``, ``model:tiny`` → ``model.tiny``).
+
+An engine's ``model`` may be ``builtin:tiny``: the tiny Qwen-architecture model (`bapsql.rollout.tiny_model`,
+seed 0, 16,384 positions, a short next-token pretraining), built on first use into the cache dir (`resolve_model`).
+A model engine's ``max_model_len`` must hold the largest swept context budget (+ a small margin).
+
+Example (configs/experiments/smoke.yaml)::
+
+    run: smoke
+    benchmark: demo
+    split: dev
+    limit: 8
+    methods: [workflow:estimate_rewrite, baseline:raw, "model:tiny"]
+    budgets: [XS, S]
+    seeds: [0]
+    engines:
+      tiny: {kind: hf, model: "builtin:tiny"}
+    sampling: {max_tokens: 64, temperature: 1.0}
+    workers: {env_workers: 2}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bapsql.config import from_mapping, read_yaml
+from bapsql.errors import ConfigError
+
+MODEL_PREFIX = "model."
+BUILTIN_TINY = "builtin:tiny"
+MODEL_LEN_MARGIN = 64  # prompt ids may exceed the env's context accounting by a few template tokens
+TINY_POSITIONS = 16_384  # the builtin tiny model's max positions: room for the L budget's 11,000-token context
+TINY_PRETRAIN_STEPS = 100  # next-token steps on the tokenizer corpus, so its samples look like tool calls
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How model policies sample (every model method of the sweep)."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    """Actors and scheduling. CPUs are what each actor reserves on the cluster (fractions allowed)."""
+
+    env_workers: int = 2
+    env_worker_cpus: float = 1.0
+    engine_replicas: int = 1
+    engine_cpus: float = 1.0
+    engine_gpus: float = 0.0
+    engine_threads: int = 1
+    in_flight: int = 64
+    scripted_batch: int = 4
+    max_restarts: int = 3
+    max_reruns: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("env_workers", "engine_replicas", "engine_threads", "in_flight", "scripted_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"workers.{name}: must be at least 1, got {getattr(self, name)}")
+        for name in ("env_worker_cpus", "engine_cpus", "engine_gpus", "max_restarts", "max_reruns"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"workers.{name}: must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Live metrics: ``wandb`` (offline when no API key is configured) or ``none``."""
+
+    kind: Literal["wandb", "none"] = "none"
+    project: str = "bapsql"
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Where to run. ``address`` None starts a private local Ray (own temp dir under the run's tmp folder, never
+    ``ray stop``); ``auto`` or ``ray://…``/``host:port`` joins a cluster. ``num_cpus`` applies to a local Ray only
+    (None: this machine's CPU count)."""
+
+    address: str | None = None
+    num_cpus: int | None = None
+    include_dashboard: bool = False
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One evaluation sweep (module docstring). ``limit``: first N tasks of the split, database by database;
+    ``out_dir``: where the run's Parquet logs go (``{run}`` is replaced by the run name)."""
+
+    run: str
+    methods: tuple[str, ...]
+    benchmark: str = "demo"
+    demo_scale: Literal["small", "full"] = "small"
+    split: str = "dev"
+    limit: int | None = None
+    budgets: tuple[str, ...] = ("XS", "S", "M", "L")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    samples_per_group: int = 1
+    engines: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingConfig = SamplingConfig()
+    workers: WorkersConfig = WorkersConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    ray: RayConfig = RayConfig()
+    token_counter: str = "default"
+    out_dir: str = "runs/{run}"
+
+    @property
+    def model_methods(self) -> tuple[str, ...]:
+        return tuple(m for m in self.methods if m.startswith(MODEL_PREFIX))
+
+    def engine_of(self, method: str) -> str:
+        """The engine name of a model method (``model.tiny`` → ``tiny``)."""
+        return method[len(MODEL_PREFIX):]
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir.replace("{run}", self.run))
+
+    def to_dict(self) -> dict:
+        """Plain data (for the monitor's config and the run's record)."""
+        d = dataclasses.asdict(self)
+        d["engines"] = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+                        for k, v in self.engines.items()}
+        return d
+
+
+def _canonical_method(name: str, engines: dict[str, Any], where: str) -> str:
+    from bapsql.policies.registry import canonical_name, make_policy
+
+    canon = canonical_name(name)
+    if canon.startswith(MODEL_PREFIX):
+        engine = canon[len(MODEL_PREFIX):]
+        if engine not in engines:
+            raise ConfigError(f"{where}: model policy {name!r} names engine {engine!r}, but engines has "
+                              f"{sorted(engines) or 'none'}; add it under engines:")
+        return canon
+    try:
+        make_policy(canon)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return canon
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Cross-field checks (module docstring); returns the config with canonical method names and typed engines."""
+    from bapsql.budgets import load_ladder
+
+    if not cfg.run or "/" in cfg.run:
+        raise ConfigError(f"run: must be a non-empty name without '/', got {cfg.run!r}")
+    if not cfg.methods:
+        raise ConfigError("methods: list at least one policy (see `bapsql policies`) or model:<engine>")
+    engines = {}
+    if cfg.engines:
+        try:
+            from bapsql.rollout.engines.base import EngineConfig
+        except ImportError as exc:  # pragma: no cover - the engines package ships with bapsql
+            raise ConfigError(f"engines: the engine package is unavailable ({exc})") from exc
+        for name, raw in cfg.engines.items():
+            engines[name] = raw if isinstance(raw, EngineConfig) else from_mapping(EngineConfig, raw,
+                                                                                   f"engines.{name}")
+    methods = tuple(_canonical_method(m, engines, f"methods[{i}]") for i, m in enumerate(cfg.methods))
+    if len(set(methods)) != len(methods):
+        raise ConfigError(f"methods: duplicates after canonicalization: {list(methods)}")
+    ladder = load_ladder()
+    for i, b in enumerate(cfg.budgets):
+        if b not in ladder.levels:
+            raise ConfigError(f"budgets[{i}]: unknown level {b!r}; levels are {list(ladder.levels)}")
+    if not cfg.budgets:
+        raise ConfigError("budgets: list at least one level, e.g. [XS, S, M, L]")
+    need = max(ladder[b].context_tokens for b in cfg.budgets) + MODEL_LEN_MARGIN
+    for m in methods:
+        if m.startswith(MODEL_PREFIX):
+            ec = engines[m[len(MODEL_PREFIX):]]
+            if ec.max_model_len < need:
+                raise ConfigError(f"engines.{m[len(MODEL_PREFIX):]}.max_model_len: {ec.max_model_len} cannot hold the "
+                                  f"largest swept context budget; set it to at least {need}")
+    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
+        raise ConfigError(f"seeds: must be a non-empty list of distinct integers, got {list(cfg.seeds)}")
+    if cfg.samples_per_group < 1:
+        raise ConfigError(f"samples_per_group: must be at least 1, got {cfg.samples_per_group}")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ConfigError(f"limit: must be at least 1 (or null for every task), got {cfg.limit}")
+    return dataclasses.replace(cfg, methods=methods, engines=engines)
+
+
+def load_experiment(path: str | Path, **overrides: Any) -> ExperimentConfig:
+    """Read and validate an experiment YAML; ``overrides`` replace top-level keys (e.g. ``out_dir``)."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: an experiment config is a mapping of keys (run, methods, budgets, ...)")
+    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+    return validate(from_mapping(ExperimentConfig, raw))
+
+
+def resolve_model(model: str, *, cache_dir: str | Path | None = None, announce=None) -> str:
+    """A model path for an engine: ``builtin:tiny`` → the tiny model in the cache dir (built when missing,
+    ``announce`` is told); anything else unchanged (a folder or hub id)."""
+    if model != BUILTIN_TINY:
+        return model
+    from bapsql.data.cache import default_cache_dir
+
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "tiny-model-seed0"
+    if not (root / "config.json").is_file():
+        from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+
+        if announce:
+            announce(f"building the tiny model into {root} ...")
+        make_tiny_model(root, seed=0, spec=TinySpec(max_position_embeddings=TINY_POSITIONS),
+                        pretrain_steps=TINY_PRETRAIN_STEPS)
+    return str(root)

@@ -1,0 +1,215 @@
+"""Evaluation sweeps: an `ExperimentConfig` played on Ray (or in-process) into one run's Parquet logs.
+
+`run_sweep(cfg, address=None, out_dir=None, console=None, backend="ray")`:
+
+1. resolves the benchmark (``demo`` → the embedded benchmark at ``demo_scale``, built into the cache dir on first
+   use) and the split's tasks (database by database, the first ``limit``);
+2. expands methods × budgets × seeds × tasks into `EpisodeSpec` s (`GroupSampler`, ``samples_per_group`` each) and
+   skips the ids already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
+3. starts the actors — env workers (sharded by database), one engine host per model method and replica, the
+   trajectory writer — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit,
+   never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
+   process;
+4. runs the `Driver` with a rich progress bar, live metrics to the monitor (W&B offline without an API key, or
+   none), then flushes and closes the writer and writes ``sweep.json`` (config + per-cell summary) beside the logs;
+5. returns a `SweepSummary`; `summary_table` renders it (the CLI prints it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bapsql.experiment import ExperimentConfig, resolve_model
+from bapsql.rollout.backend import ActorSpec
+from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
+from bapsql.rollout.groups import GroupSampler
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """What a sweep did: where its logs are, how many episodes ran or were already there, per-cell results."""
+
+    run: str
+    run_dir: Path
+    split: str
+    tasks: int
+    episodes_total: int
+    result: RolloutResult
+    backend: str
+    env_workers: int
+    engines: dict[str, str]  # model method -> engine kind
+    setup_s: float
+
+    @property
+    def cells(self) -> tuple[CellStats, ...]:
+        return self.result.cells
+
+
+def benchmark_dir(cfg: ExperimentConfig, *, announce: Callable[[str], None] | None = None) -> Path:
+    """The benchmark folder of ``cfg`` (``demo`` → the cached embedded benchmark, built when missing)."""
+    if cfg.benchmark != "demo":
+        return Path(cfg.benchmark)
+    from bapsql.data.cache import default_cache_dir
+    from bapsql.data.demo import build_demo
+
+    root = default_cache_dir() / f"demo-{cfg.demo_scale}"
+    if not (root / "benchmark.json").is_file():
+        if announce:
+            announce(f"building the embedded benchmark ({cfg.demo_scale} scale) into {root} ...")
+        build_demo(root, scale=cfg.demo_scale, seed=0)
+    return root
+
+
+def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: dict[str, Any],
+                engines: dict[str, Any]) -> tuple[list[ActorSpec], dict[str, list[tuple]]]:
+    """Actor specs of a sweep and, per model method, its engine replica keys."""
+    from bapsql.rollout.workers import EngineHost, EnvWorker, WriterHost
+
+    w = cfg.workers
+    specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter},
+                       num_cpus=w.env_worker_cpus) for i in range(n_workers)]
+    keys: dict[str, list[tuple]] = {}
+    for method, ec in engines.items():
+        keys[method] = [("engine", method, r) for r in range(w.engine_replicas)]
+        specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
+                            num_gpus=w.engine_gpus) for k in keys[method]]
+    specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir), cfg.run), num_cpus=0.1))
+    return specs, keys
+
+
+def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str | Path | None = None,
+              console: Any = None, backend: str = "ray",
+              on_progress: Callable[[int, int, Any], None] | None = None) -> SweepSummary:
+    """Run the sweep (module docstring). ``on_progress(done, total, backend)`` is called as episodes finish."""
+    from bapsql.logs.monitor import make_monitor
+    from bapsql.logs.writer import existing_episode_ids
+    from bapsql.rollout.agent import AgentConfig
+    from bapsql.rollout.runner import load_tasks
+
+    t0 = time.perf_counter()
+    say = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
+    run_dir = Path(out_dir) if out_dir is not None else cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    root = benchmark_dir(cfg, announce=say)
+    tasks = load_tasks(root, cfg.split, limit=cfg.limit)
+    specs = GroupSampler(cfg.run, samples_per_group=cfg.samples_per_group).sweep(
+        cfg.methods, tasks, cfg.budgets, cfg.seeds)
+    done_ids = existing_episode_ids(run_dir)
+    agents, engines = {}, {}
+    for method in cfg.model_methods:
+        ec = cfg.engines[cfg.engine_of(method)]
+        ec = dataclasses.replace(ec, model=resolve_model(ec.model, announce=say),
+                                 num_threads=ec.num_threads or cfg.workers.engine_threads)
+        engines[method] = ec
+        s = cfg.sampling
+        agents[method] = AgentConfig(model_dir=str(ec.tokenizer_dir or ec.model), max_tokens=s.max_tokens,
+                                     temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len)
+    n_workers = max(1, min(cfg.workers.env_workers, len({t.db_id for t in tasks}) or 1))
+    actors, engine_keys = actor_specs(cfg, run_dir, n_workers, agents, engines)
+    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=cfg.run,
+                           config=cfg.to_dict(), dir=run_dir)
+    dcfg = DriverConfig(in_flight=cfg.workers.in_flight, scripted_batch=cfg.workers.scripted_batch,
+                        max_reruns=cfg.workers.max_reruns)
+    todo = sum(s.episode_id not in done_ids for s in specs)
+    progress_bar, bar = None, None
+    if console is not None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+        progress_bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+        bar = progress_bar.add_task(f"sweep {cfg.run}", total=todo)
+
+    def progress(done: int, total: int) -> None:
+        if progress_bar is not None:
+            progress_bar.update(bar, completed=done)
+        if on_progress is not None:
+            on_progress(done, total, be)
+
+    if backend == "local":
+        from bapsql.rollout.backend import LocalBackend
+
+        session = contextlib.nullcontext()
+        be = LocalBackend()
+    elif backend == "ray":
+        from bapsql.rollout.ray_shell import RayBackend, ray_session, short_temp_dir
+
+        # a private local Ray gets at least the logical CPUs its actors reserve (else they would never start)
+        ncpu = max(cfg.ray.num_cpus or os.cpu_count() or 1, math.ceil(sum(a.num_cpus for a in actors)))
+        session = ray_session(address or cfg.ray.address, num_cpus=ncpu, include_dashboard=cfg.ray.include_dashboard,
+                              temp_dir=None if (address or cfg.ray.address) else short_temp_dir(run_dir / "tmp"))
+        be = RayBackend(max_restarts=cfg.workers.max_restarts)
+    else:
+        raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
+    try:
+        with session:
+            be.start(actors)
+            setup_s = time.perf_counter() - t0
+            if progress_bar is not None:
+                progress_bar.start()
+            try:
+                driver = Driver(be, n_workers, engines=engine_keys, config=dcfg, monitor=monitor, progress=progress)
+                result = driver.run(specs, skip=done_ids)
+            finally:
+                if progress_bar is not None:
+                    progress_bar.stop()
+                _close_writer(be)
+                be.shutdown()
+        monitor.summary({"episodes_run": result.episodes_run, "episodes_skipped": result.episodes_skipped,
+                         "reruns": result.reruns, "rollout_s": round(result.wall_s, 3),
+                         **{f"success/{c.method}/{c.budget}": c.success_rate for c in result.cells}})
+    finally:
+        monitor.close()
+    summary = SweepSummary(cfg.run, run_dir, cfg.split, len(tasks), len(specs), result, backend, n_workers,
+                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3))
+    _write_record(run_dir / "sweep.json", cfg, summary)
+    if console is not None:
+        console.print(summary_table(summary))
+    return summary
+
+
+def _close_writer(be: Any) -> None:
+    """Flush and close the writer actor (blocking)."""
+    if hasattr(be, "call"):
+        be.call(("writer", 0), "close")
+    else:
+        be.actors[("writer", 0)].close()
+
+
+def _write_record(path: Path, cfg: ExperimentConfig, s: SweepSummary) -> None:
+    r = s.result
+    record = {"config": cfg.to_dict(), "run_dir": str(s.run_dir), "tasks": s.tasks, "episodes_total": s.episodes_total,
+              "episodes_run": r.episodes_run, "episodes_skipped": r.episodes_skipped, "reruns": r.reruns,
+              "restarts": r.restarts, "generated_tokens": r.generated_tokens, "wall_s": round(r.wall_s, 3),
+              "setup_s": s.setup_s, "backend": s.backend, "env_workers": s.env_workers, "engines": s.engines,
+              "cells": [dataclasses.asdict(c) | {"success_rate": c.success_rate} for c in r.cells]}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def summary_table(s: SweepSummary) -> Any:
+    """The per-run summary (a rich `Table`): one row per method × budget, then the run's totals in the caption."""
+    from rich.table import Table
+
+    r = s.result
+    t = Table(title=f"sweep {s.run}: {r.episodes_run} episodes run, {r.episodes_skipped} already logged "
+                    f"({s.tasks} tasks of {s.split})")
+    for col in ("method", "budget", "episodes", "success %", "total tokens", "queries", "result tok", "VM steps",
+                "invalid", "breaches"):
+        t.add_column(col, justify="left" if col in ("method", "budget") else "right")
+    for c in r.cells:
+        t.add_row(c.method, c.budget, str(c.episodes), f"{100 * c.success_rate:.1f}", f"{c.mean_total_tokens:.0f}",
+                  f"{c.mean_queries:.2f}", f"{c.mean_result_tokens:.0f}", f"{c.mean_vm_steps:.0f}",
+                  str(c.invalid_actions), str(c.breaches))
+    t.caption = (f"{r.wall_s:.1f} s rollout + {s.setup_s:.1f} s setup · {r.episodes_per_s:.1f} episodes/s · "
+                 f"{r.generated_tokens} generated tokens · reruns {r.reruns} · restarts {r.restarts or 0} · "
+                 f"{s.env_workers} env workers ({s.backend}) · logs in {s.run_dir}")
+    return t

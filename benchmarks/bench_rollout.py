@@ -1,0 +1,152 @@
+"""Rollout throughput: the agent loop vs raw engine batches, env-worker scaling on Ray, Ray overhead.
+
+    python benchmarks/bench_rollout.py [--engine vllm|hf] [--episodes 47] [--part all|agent|scale]
+
+1. agent loop: ``--episodes`` tiny-model episodes (budget M, at most 64 tokens per completion) advance together, one
+   batched ``generate`` per round over every live episode (`bapsql.rollout.agent.run_agents`, the same rounds the
+   driver makes). Its generated tokens per second of wall time are compared with the same engine generating the
+   same tokens as ONE raw batch (every request the loop made — same prompt ids, same seeded params — at once).
+   Target ratio >= 0.85. Also printed: the loop's own overhead (engine time / wall: env stepping, token accounting,
+   token-in/token-out bookkeeping), which isolates what the agent loop adds from how the engine batches.
+2. scaling: scripted episodes (estimate→rewrite and the raw agent at XS and L, seed 0) over every task of the
+   embedded benchmark's train split (236 tasks on 6 databases) with 1, 2 and 4 env workers on a private local Ray.
+3. overhead: the same scripted episodes through the in-process runner (`bapsql.rollout.runner.evaluate`), the driver
+   on the in-process backend, and the driver on Ray with 1 env worker.
+Prints one line per figure; a `__main__` guard because vLLM spawns processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+
+def agent_vs_raw(engine_kind: str, n: int) -> None:
+    from bapsql.budgets import load_ladder
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.experiment import resolve_model
+    from bapsql.rollout.agent import AgentConfig, ModelAgent, load_template
+    from bapsql.rollout.engines.base import EngineConfig
+    from bapsql.rollout.engines.factory import make_engine
+    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.tokens import load_token_counter
+
+    model = resolve_model("builtin:tiny")
+    cfg = EngineConfig(kind=engine_kind, model=model, max_model_len=12288, num_threads=1, enforce_eager=True)
+    t = time.perf_counter()
+    engine = make_engine(cfg)
+    print(f"engine {engine_kind} start: {time.perf_counter() - t:.1f} s")
+    tasks = load_tasks(resolve_benchmark("demo"), "dev")[:n]
+    template = load_template(model)
+    handles = DatabaseHandles(load_token_counter(model))
+
+    class Timed:  # the engine, timing each generate call
+        def __init__(self, inner):
+            self.inner, self.seconds, self.calls, self.requests = inner, 0.0, [], []
+
+        def generate(self, prompts, params, adapter=None):
+            t0 = time.perf_counter()
+            out = self.inner.generate(prompts, params, adapter=adapter)
+            self.seconds += time.perf_counter() - t0
+            self.calls.append(len(prompts))
+            self.requests += list(zip(prompts, params))
+            return out
+
+    timed = Timed(engine)
+    agents = []
+    for i, task in enumerate(tasks):
+        env = BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles)
+        a = ModelAgent(env, template, AgentConfig(model, max_tokens=64, temperature=1.0, max_model_len=12288),
+                       episode_key=task.task_id, seed=i)
+        a.reset(task, load_ladder()["M"])
+        agents.append(a)
+    from bapsql.rollout.agent import run_agents
+
+    t0 = time.perf_counter()
+    generated = run_agents(agents, timed)
+    wall = time.perf_counter() - t0
+    # the same tokens as one raw batch: every request of the loop at once (same prompts, same seeded params)
+    t0 = time.perf_counter()
+    raw = engine.generate([p for p, _ in timed.requests], [sp for _, sp in timed.requests])
+    raw_s = time.perf_counter() - t0
+    raw_tokens = sum(len(g.completion_ids) for g in raw)
+    agent_tps, raw_tps = generated / wall, raw_tokens / raw_s
+    print(f"agent loop: {len(agents)} episodes, {generated} tokens in {len(timed.calls)} engine calls "
+          f"(batch {max(timed.calls)}→{min(timed.calls)}), wall {wall:.1f} s = {agent_tps:.0f} tok/s, of which engine "
+          f"{timed.seconds:.1f} s")
+    print(f"raw batch: the loop's {len(timed.requests)} requests in one call, {raw_tokens} tokens, {raw_s:.1f} s "
+          f"= {raw_tps:.0f} tok/s")
+    print(f"ratio agent loop / raw batch: {agent_tps / raw_tps:.2f}; agent-loop overhead ratio (engine time / wall): "
+          f"{timed.seconds / wall:.2f}")
+    handles.close()
+    engine.close()
+
+
+LEVELS = ("XS", "L")
+
+
+def _cfg(methods, workers, split="train"):
+    from bapsql.experiment import ExperimentConfig, WorkersConfig, validate
+
+    return validate(ExperimentConfig(run="bench", methods=tuple(methods), benchmark="demo", split=split,
+                                     budgets=LEVELS, seeds=(0,),
+                                     workers=WorkersConfig(env_workers=workers, env_worker_cpus=0.5, in_flight=64,
+                                                           scripted_batch=4)))
+
+
+def scaling_and_overhead() -> None:
+    from bapsql.rollout.ray_shell import local_ray
+    from bapsql.rollout.runner import evaluate
+    from bapsql.rollout.sweep import run_sweep
+
+    methods = ["workflow.estimate_rewrite", "baseline.raw"]
+    work = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
+    def inprocess(tag: str) -> float:
+        t0 = time.perf_counter()
+        n = sum(evaluate("demo", "train", m, LEVELS, [0], work / f"inproc-{tag}", run_name="bench").episodes_run
+                for m in methods)
+        dt = time.perf_counter() - t0
+        print(f"in-process runner ({tag}): {n} episodes in {dt:.1f} s = {n / dt:.1f} episodes/s")
+        return dt
+
+    inprocess("warm-up: opens databases, fills the catalog cache")
+    inproc = inprocess("run 1")
+    t0 = time.perf_counter()
+    s = run_sweep(_cfg(methods, 1), out_dir=work / "local", backend="local")
+    print(f"driver, in-process backend, 1 worker: {s.result.episodes_run} episodes, rollout {s.result.wall_s:.1f} s "
+          f"= {s.result.episodes_per_s:.1f} episodes/s (total with setup {time.perf_counter() - t0:.1f} s)")
+    with local_ray(num_cpus=4):
+        for w in (1, 2, 4):
+            s = run_sweep(_cfg(methods, w), out_dir=work / f"ray{w}")
+            print(f"Ray, {w} env worker(s) ({s.env_workers} used): {s.result.episodes_run} episodes, rollout "
+                  f"{s.result.wall_s:.1f} s = {s.result.episodes_per_s:.1f} episodes/s (actor setup {s.setup_s:.1f} s)")
+            if w == 1:
+                ray1 = s.result.wall_s
+    inproc2 = inprocess("run 2")
+    mean = (inproc + inproc2) / 2
+    print(f"Ray overhead vs the in-process runner (1 env worker): {ray1 / mean - 1:+.0%} rollout time "
+          f"({ray1:.1f} s vs {mean:.1f} s, mean of in-process runs 1-2)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    ap.add_argument("--episodes", type=int, default=47)
+    ap.add_argument("--part", choices=["all", "agent", "scale"], default="all")
+    a = ap.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    print(f"bench_rollout: {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    if a.part in ("all", "agent"):
+        agent_vs_raw(a.engine, a.episodes)
+    if a.part in ("all", "scale"):
+        scaling_and_overhead()
+
+
+if __name__ == "__main__":
+    main()

