@@ -183,6 +183,17 @@ def load_engine_config(source: Mapping[str, Any] | str | Path, where: str = "eng
     return from_mapping(EngineConfig, dict(data) if isinstance(data, Mapping) else data, where)
 
 
+def model_folder(config: "EngineConfig", kind: str, engine_class: str) -> Path:
+    """The local model folder of ``config`` for an engine of ``kind``; `ConfigError` for the wrong kind,
+    `EngineError` when the folder has no ``config.json``."""
+    if config.kind != kind:
+        raise ConfigError(f"engine.kind: {engine_class} needs kind {kind!r}, got {config.kind!r}")
+    path = Path(config.model)
+    if not (path / "config.json").is_file():
+        raise EngineError(f"{kind} engine: {path} is not a model folder (no config.json)")
+    return path
+
+
 def cpu_share() -> int:
     """How many CPUs this process may run on (its affinity mask), at least 1."""
     try:

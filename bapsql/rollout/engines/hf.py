@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from bapsql.errors import ConfigError, EngineError
+from bapsql.errors import EngineError
 from bapsql.rollout.engines.base import (
+    model_folder,
     AdapterRef,
     EngineConfig,
     Generation,
@@ -43,11 +44,7 @@ class HFEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
-        if config.kind != "hf":
-            raise ConfigError(f"engine.kind: HFEngine needs kind 'hf', got {config.kind!r}")
-        path = Path(config.model)
-        if not (path / "config.json").is_file():
-            raise EngineError(f"hf engine: {path} is not a model folder (no config.json)")
+        path = model_folder(config, "hf", "HFEngine")
         torch.set_num_threads(config.num_threads or cpu_share())
         if config.device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -23,8 +23,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from bapsql.errors import ConfigError, EngineError
+from bapsql.errors import EngineError
 from bapsql.rollout.engines.base import (
+    model_folder,
     AdapterRef,
     EngineConfig,
     Generation,
@@ -51,11 +52,7 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, config: EngineConfig):
-        if config.kind != "vllm":
-            raise ConfigError(f"engine.kind: VLLMEngine needs kind 'vllm', got {config.kind!r}")
-        path = Path(config.model)
-        if not (path / "config.json").is_file():
-            raise EngineError(f"vllm engine: {path} is not a model folder (no config.json)")
+        path = model_folder(config, "vllm", "VLLMEngine")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.kv_cache_space_gb))
         vllm, self._TokensPrompt, self._LoRARequest = _import_vllm()
         import torch
