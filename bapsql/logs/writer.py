@@ -20,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import numbers
@@ -28,7 +29,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -125,25 +126,53 @@ def _check_value(table: str, col: _Column, value: Any) -> Any:
     return value
 
 
+def _checker(table: str, col: _Column) -> Callable[[Any], Any]:
+    """One column's check as a closure, with the type dispatch resolved once: exact builtin types take a fast path
+    that accepts exactly what `_check_value` accepts; everything else (None, numpy scalars, wrong types) falls back
+    to `_check_value`, which raises the same `LogRowError`."""
+    slow = functools.partial(_check_value, table, col)
+    if col.vocabulary is not None or col.partition:
+        vocabulary, partition, safe = col.vocabulary, col.partition, _SAFE_NAME.match
+
+        def check_str_vocab(value: Any) -> Any:
+            if type(value) is str and (vocabulary is None or value in vocabulary) and (not partition or safe(value)):
+                return value
+            return slow(value)
+        return check_str_vocab if col.kind == "str" else slow
+    if col.kind == "str":
+        return lambda value: value if type(value) is str else slow(value)
+    if col.kind == "float":
+        return lambda value: value if type(value) is float else slow(value)
+    if col.kind == "bool":
+        return lambda value: value if type(value) is bool else slow(value)
+    if col.kind == "int":
+        lo, hi = -col.bound, col.bound
+        return lambda value: value if type(value) is int and lo <= value < hi else slow(value)
+    return slow
+
+
+_CHECKERS = {table: tuple((c.name, _checker(table, c)) for c in cols) for table, cols in _COLUMNS.items()}
+_REQUIRED = {table: frozenset(c.name for c in cols if not c.nullable) for table, cols in _COLUMNS.items()}
+
+
 def validate_row(table: str, row: Mapping[str, Any], run_name: str | None = None) -> dict[str, Any]:
     """A complete, checked copy of ``row`` for ``table`` ("episodes" or "turns"), or `LogRowError` naming the
     offending column. Fills ``schema_version`` and (when ``run_name`` is given) ``run``; absent nullable columns are
     None."""
-    unknown = [k for k in row if k not in _NAMES[table]]
-    if unknown:
+    names = _NAMES[table]
+    if not names.issuperset(row):
+        unknown = [k for k in row if k not in names]
         raise LogRowError(f"{table} row: unknown column(s) {sorted(unknown)}; the {table} schema v{SCHEMA_VERSION} "
                           f"has {TABLES[table].names}")
-    full = dict(row)
-    full.setdefault("schema_version", SCHEMA_VERSION)
-    if run_name is not None:
-        full.setdefault("run", run_name)
-        if full["run"] != run_name:
-            raise LogRowError(f"{table} row: column 'run' is {full['run']!r} but this writer writes run {run_name!r}")
-    columns = _COLUMNS[table]
-    missing = [c.name for c in columns if not c.nullable and c.name not in full]
-    if missing:
+    if "schema_version" not in row or (run_name is not None and "run" not in row):
+        row = {"schema_version": SCHEMA_VERSION, **({"run": run_name} if run_name is not None else {}), **row}
+    if run_name is not None and row["run"] != run_name:
+        raise LogRowError(f"{table} row: column 'run' is {row['run']!r} but this writer writes run {run_name!r}")
+    if not row.keys() >= _REQUIRED[table]:
+        missing = [c.name for c in _COLUMNS[table] if not c.nullable and c.name not in row]
         raise LogRowError(f"{table} row: missing non-nullable column(s) {missing}")
-    return {c.name: _check_value(table, c, full.get(c.name)) for c in columns}
+    get = row.get
+    return {name: check(get(name)) for name, check in _CHECKERS[table]}
 
 
 def _fsync_dir(path: Path) -> None:
