@@ -25,7 +25,7 @@ from __future__ import annotations
 from bapsql.env.actions import ManageEvidence
 from bapsql.errors import ConfigError
 from bapsql.policies.base import Context, Interface, ResultSeen, Script, ScriptedPolicy
-from bapsql.policies.workflows import execute, finish, give_up, rem
+from bapsql.policies.workflows import answer_with_gold, execute, finish, give_up, rem
 
 NO_PLANNING = ("estimate_query", "rewrite_query")
 POSTHOC_MODES: tuple[str, ...] = ("auto", "truncate", "profile", "limit")
@@ -46,8 +46,7 @@ class RawAgent(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if draft_is_direct(ctx, self.p_direct):
-            result = yield from execute(ctx, ctx.hint.gold_sql)
-            yield from finish(ctx, result)
+            yield from answer_with_gold(ctx)
             return
         first = yield from execute(ctx, ctx.hint.naive_sql)
         second = yield from execute(ctx, ctx.hint.gold_sql)
@@ -63,8 +62,7 @@ class DashboardAgent(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if draft_is_direct(ctx, self.p_direct):
-            result = yield from execute(ctx, ctx.hint.gold_sql)
-            yield from finish(ctx, result)
+            yield from answer_with_gold(ctx)
             return
         yield from execute(ctx, ctx.hint.naive_sql)
         spent = [ch for ch in ("queries", "result_tokens", "vm_steps") if rem(ctx, ch) == 0]
@@ -114,8 +112,7 @@ class AdaptivePostHoc(ScriptedPolicy):
     def script(self, ctx: Context) -> Script:
         self._limit = False
         if draft_is_direct(ctx, self.p_direct):
-            result = yield from execute(ctx, ctx.hint.gold_sql)
-            yield from finish(ctx, result)
+            yield from answer_with_gold(ctx)
             return
         first = yield from execute(ctx, ctx.hint.naive_sql)
         yield from self.posthoc(ctx, first)

@@ -125,6 +125,12 @@ def execute_gold(ctx: Context) -> Generator:
     return result
 
 
+def answer_with_gold(ctx: Context) -> Generator:
+    """Execute the oracle's gold query and answer from what it showed (or abstain when nothing was shown)."""
+    result = yield from execute_gold(ctx)
+    yield from finish(ctx, result)
+
+
 # ------------------------------------------------------------------------------------------------------ workflows
 
 
@@ -132,8 +138,7 @@ class DirectAggregation(ScriptedPolicy):
     name = "workflow.direct_aggregation"
 
     def script(self, ctx: Context) -> Script:
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class EstimateRewrite(ScriptedPolicy):
@@ -141,8 +146,7 @@ class EstimateRewrite(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if not ctx.can("estimate_query"):
-            result = yield from execute_gold(ctx)
-            yield from finish(ctx, result)
+            yield from answer_with_gold(ctx)
             return
         draft = ctx.hint.naive_sql
         est, warned = yield from estimate(ctx, draft)
@@ -160,8 +164,7 @@ class EstimateRewrite(ScriptedPolicy):
                 if rem(ctx, "queries") == 0:
                     yield from finish(ctx, first)
                     return
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class DrillDown(ScriptedPolicy):
@@ -172,8 +175,7 @@ class DrillDown(ScriptedPolicy):
             yield from execute(ctx, peek_sql(ctx.hint.naive_sql, 3))
         elif ctx.hint.tables and ctx.can("inspect_schema"):
             yield InspectSchema(ctx.hint.tables)
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class EvidenceCompression(ScriptedPolicy):
@@ -186,8 +188,7 @@ class EvidenceCompression(ScriptedPolicy):
             if peek is not None and peek.ref is not None:
                 op = "compress" if len(peek.rows) >= 8 else "archive"
                 yield ManageEvidence(op, peek.ref)
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class JustifiedAbstention(ScriptedPolicy):
@@ -200,8 +201,7 @@ class JustifiedAbstention(ScriptedPolicy):
             if why is not None:
                 yield from give_up(ctx, f"the exact query cannot run within the budget: {why}")
                 return
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class SchemaFirst(ScriptedPolicy):
@@ -210,8 +210,7 @@ class SchemaFirst(ScriptedPolicy):
     def script(self, ctx: Context) -> Script:
         if ctx.can("inspect_schema"):
             yield InspectSchema(ctx.hint.tables or None)
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 class VerifyAnswer(ScriptedPolicy):
@@ -249,8 +248,7 @@ class RecoverAfterRejection(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if not ctx.hint.has_naive or rem(ctx, "queries") < 2:  # one query: no room to waste it on the draft
-            result = yield from execute_gold(ctx)
-            yield from finish(ctx, result)
+            yield from answer_with_gold(ctx)
             return
         first = yield from execute(ctx, ctx.hint.naive_sql)
         if rem(ctx, "queries") == 0:
@@ -263,8 +261,7 @@ class RecoverAfterRejection(ScriptedPolicy):
             if why is not None:
                 yield from give_up(ctx, f"even the aggregate does not fit: {why}")
                 return
-        result = yield from execute_gold(ctx)
-        yield from finish(ctx, result)
+        yield from answer_with_gold(ctx)
 
 
 WORKFLOWS: tuple[type[ScriptedPolicy], ...] = (
