@@ -7,7 +7,8 @@ environment can know; `to_row()` gives the columns by their schema names (the ru
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+import operator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bapsql.env.actions import TOOL_NAMES
@@ -105,10 +106,8 @@ class TurnRecord:
     message: str = ""
 
     def to_row(self) -> dict:
-        """The turns-table columns this record fills (without ``message``)."""
-        d = asdict(self)
-        d.pop("message")
-        return d
+        """The turns-table columns this record fills (without ``message``): a shallow read, per turn logged."""
+        return dict(zip(_TURN_COLUMNS, _read_turn_columns(self)))
 
 
 @dataclass(frozen=True)
@@ -148,11 +147,15 @@ class EpisodeSummary:
     breaches: tuple[str, ...] = field(default_factory=tuple)
 
     def to_row(self) -> dict:
-        """The episodes-table columns this summary fills."""
-        d = asdict(self)
-        for k in ("controller_tokens", "citations", "breaches"):
-            d.pop(k)
-        return d
+        """The episodes-table columns this summary fills (all but controller_tokens, citations and breaches)."""
+        return dict(zip(_EPISODE_COLUMNS, _read_episode_columns(self)))
+
+
+_TURN_COLUMNS = tuple(f.name for f in dataclasses.fields(TurnRecord) if f.name != "message")
+_EPISODE_COLUMNS = tuple(f.name for f in dataclasses.fields(EpisodeSummary)
+                         if f.name not in ("controller_tokens", "citations", "breaches"))
+_read_turn_columns = operator.attrgetter(*_TURN_COLUMNS)
+_read_episode_columns = operator.attrgetter(*_EPISODE_COLUMNS)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from bapsql.errors import ConfigError
 from bapsql.logs.writer import episode_id
@@ -154,3 +154,15 @@ class GroupSampler:
         ordered = sorted(tasks, key=lambda t: (t.db_id, t.task_id))
         return [s for t in ordered for m in methods for lv in levels for seed in seeds
                 for s in self.group(m, Prompt(t, lv, seed), policy_version=policy_version)]
+
+
+def episode_rows(spec: EpisodeSpec, summary: Any, turn_records: Sequence[Any]) -> tuple[dict, tuple[dict, ...]]:
+    """The episodes-table row and turns-table rows of a finished episode (its env's `EpisodeSummary` and
+    `TurnRecord` s), labelled by ``spec``: the one place a played episode becomes log rows (the in-process runner
+    and the env workers both call it)."""
+    ep = {**summary.to_row(), "run": spec.run, "episode_id": spec.episode_id, "sample": spec.sample,
+          "group_id": spec.group_id, "method": spec.method, "seed": spec.seed,
+          "policy_version": spec.policy_version}
+    meta = {"run": spec.run, "episode_id": spec.episode_id, "method": spec.method, "budget": spec.level,
+            "seed": spec.seed, "task_id": spec.task_id, "db_id": spec.db_id}
+    return ep, tuple(rec.to_row() | meta for rec in turn_records)

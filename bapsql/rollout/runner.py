@@ -18,7 +18,6 @@ Contract of `evaluate(benchmark_dir, split, policy_name, budgets, seeds, out_dir
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from bapsql.types import Task
 DEMO = "demo"
 DEMO_SCALE = "small"
 FLUSH_EVERY = 20_000  # log rows buffered before a flush: few, large Parquet files (each file costs a write + fsync)
+LOG_BATCH = 256  # finished episodes kept as records before their rows are built and validated, all in one go
 
 
 def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
@@ -149,16 +149,6 @@ def summary_table(summary: RunSummary) -> Any:
     return t
 
 
-def _log_fields(schema_names: Sequence[str], record_type: Any) -> tuple[str, ...]:
-    names = {f.name for f in dataclasses.fields(record_type)}
-    return tuple(n for n in schema_names if n in names)
-
-
-def _columns(record: Any, names: tuple[str, ...]) -> dict:
-    """The log columns a record fills (a shallow read; `dataclasses.asdict` deep-copies and is 10x slower)."""
-    return {n: getattr(record, n) for n in names}
-
-
 def _stats(level: str, rows: list[dict]) -> BudgetStats:
     n = len(rows)
     mean = (lambda k: sum(r[k] for r in rows) / n if n else 0.0)
@@ -173,15 +163,13 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
     """Run ``policy_name`` on ``split`` × ``budgets`` × ``seeds`` and log it (see the module docstring)."""
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
-    from bapsql.env.records import EnvOptions, EpisodeSummary, TurnRecord
-    from bapsql.logs.schema import EPISODES_SCHEMA, TURNS_SCHEMA
+    from bapsql.env.records import EnvOptions
     from bapsql.logs.writer import TrajectoryWriter, episode_id, existing_episode_ids
+    from bapsql.rollout.groups import EpisodeSpec, episode_rows, group_id
     from bapsql.policies.registry import make_policy
     from bapsql.tokens import load_token_counter
 
     t_start = time.perf_counter()
-    EPISODE_FIELDS = _log_fields(EPISODES_SCHEMA.names, EpisodeSummary)  # noqa: N806
-    TURN_FIELDS = _log_fields(TURNS_SCHEMA.names, TurnRecord)  # noqa: N806
     announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     root = resolve_benchmark(benchmark_dir, announce=announce)
     policy = make_policy(policy_name, interventions)
@@ -207,6 +195,15 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         bar = progress.add_task(policy.name, total=total)
         progress.start()
     writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY)
+    played: list[tuple[Any, Any, list]] = []  # (spec, summary, turn records) not yet handed to the writer
+
+    def log_played() -> None:  # in batches: the logging work runs hot, not interleaved with every episode
+        for spec, summary, records in played:
+            ep, turns = episode_rows(spec, summary, records)
+            writer.add_episode(ep, turns)
+            rows[spec.level].append(ep)
+        played.clear()
+
     try:
         with DatabaseHandles(counter) as handles:
             env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options)
@@ -221,20 +218,20 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
                             summary = play_episode(env, policy, task, budget, seed)
                             t1 = time.perf_counter()
                             play_s += t1 - t0
-                            ep = {**_columns(summary, EPISODE_FIELDS), "run": run, "episode_id": eid,
-                                  "sample": 0, "group_id": f"{task.task_id}@{budget.level}", "method": policy.name,
-                                  "seed": seed, "policy_version": 0}
-                            meta = {"run": run, "episode_id": eid, "method": policy.name, "budget": budget.level,
-                                    "seed": seed, "task_id": task.task_id, "db_id": task.db_id}
-                            turns = [{**_columns(rec, TURN_FIELDS), **meta} for rec in env.turn_records]
-                            writer.add_episode(ep, turns)
+                            spec = EpisodeSpec(eid, run, policy.name, budget.level, seed, 0, seed, task,
+                                               group_id(task.task_id, budget.level, seed))
+                            played.append((spec, summary, env.turn_records))
+                            if len(played) >= LOG_BATCH:
+                                log_played()
                             log_s += time.perf_counter() - t1
-                            rows[budget.level].append(ep)
                         if progress is not None:
                             progress.advance(bar)
     finally:
         t0 = time.perf_counter()
-        writer.close()
+        try:
+            log_played()  # an interrupted run still logs every episode it finished
+        finally:
+            writer.close()
         log_s += time.perf_counter() - t0
         if progress is not None:
             progress.stop()

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from bapsql.errors import ConfigError, EnvStateError
 from bapsql.rollout.agent import AgentConfig, GenerationRequest, ModelAgent, load_template
-from bapsql.rollout.groups import EpisodeSpec, Trajectory
+from bapsql.rollout.groups import EpisodeSpec, Trajectory, episode_rows
 
 
 @dataclass(frozen=True)
@@ -48,16 +48,6 @@ class WorkerStats:
     episodes_finished: int
     open_databases: int
     busy_s: float
-
-
-def episode_rows(spec: EpisodeSpec, env: Any) -> tuple[dict, tuple[dict, ...]]:
-    """The episodes-table row and turns-table rows of ``env``'s finished episode, labelled by ``spec``."""
-    ep = {**env.summary().to_row(), "run": spec.run, "episode_id": spec.episode_id, "sample": spec.sample,
-          "group_id": spec.group_id, "method": spec.method, "seed": spec.seed,
-          "policy_version": spec.policy_version}
-    meta = {"run": spec.run, "episode_id": spec.episode_id, "method": spec.method, "budget": spec.level,
-            "seed": spec.seed, "task_id": spec.task_id, "db_id": spec.db_id}
-    return ep, tuple({**rec.to_row(), **meta} for rec in env.turn_records)
 
 
 class EnvWorker:
@@ -130,8 +120,8 @@ class EnvWorker:
                 self._envs[spec.method] = self._new_env(self.counter_spec,
                                                         policy.interface.env_options(self.env_options))
             policy, env = self._policies[spec.method], self._envs[spec.method]
-            play_episode(env, policy, spec.task, self.ladder[spec.level], spec.sample_seed)
-            ep, turns = episode_rows(spec, env)
+            summary = play_episode(env, policy, spec.task, self.ladder[spec.level], spec.sample_seed)
+            ep, turns = episode_rows(spec, summary, env.turn_records)
             out.append(Trajectory(spec, ep, turns, (), self.index))
         self._finished += len(out)
         self._busy += time.perf_counter() - t0
@@ -149,7 +139,7 @@ class EnvWorker:
             return agent.request()
         del self._live[eid]
         self._finished += 1
-        ep, turns = episode_rows(spec, agent.env)
+        ep, turns = episode_rows(spec, agent.env.summary(), agent.env.turn_records)
         return Trajectory(spec, ep, turns, agent.segments(), self.index)
 
     def start(self, specs: Sequence[EpisodeSpec]) -> list[GenerationRequest | Trajectory]:

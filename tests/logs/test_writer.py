@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bapsql.errors import LogRowError
 from bapsql.logs import writer as writer_mod
@@ -218,3 +220,73 @@ def test_concurrent_writers_never_share_a_part_number(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == [f"part-{n:05d}.parquet" for n in range(20)]
     rows = pa.concat_tables([pq.read_table(p) for p in written]).to_pylist()
     assert sorted((r["writer"], r["i"]) for r in rows) == [(k, i) for k in range(4) for i in range(5)]
+
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-2**64, max_value=2**64),
+    st.sampled_from([0, -2**15, 2**15 - 1, 2**15, -2**31, 2**31, -2**63, 2**63 - 1, 2**63, 1.0, 0.5, float("nan")]),
+    st.floats(allow_nan=False), st.text(max_size=4), st.sampled_from(["", "XS", "raw/agent", "answer", "bad_luck"]),
+    st.sampled_from([np.int64(3), np.int32(-7), np.float32(0.25), np.bool_(True), np.float64(2.0)]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=st.sampled_from(["episodes", "turns"]), nulls=st.booleans(),
+       changes=st.lists(st.tuples(st.integers(min_value=0, max_value=60), _VALUES), max_size=4),
+       drop=st.lists(st.integers(min_value=0, max_value=60), max_size=2), extra=st.booleans())
+def test_the_writers_fast_path_accepts_and_rejects_exactly_what_validate_row_does(table, nulls, changes, drop,
+                                                                                   extra):
+    episode = episode_row(RUN, "raw", "XS", 0, 0, nulls=nulls)
+    row = dict(episode if table == "episodes" else turn_rows(episode, 1, nulls=nulls)[0])
+    names = writer_mod.TABLES[table].names
+    for i, value in changes:
+        row[names[i % len(names)]] = value
+    for i in drop:
+        row.pop(names[i % len(names)], None)
+    if extra:
+        row["colour"] = "red"
+    writer = TrajectoryWriter("/nonexistent/never-flushed", RUN)
+    writer._pack(table, episode if table == "episodes" else turn_rows(episode, 1, nulls=nulls)[0])  # known now
+    try:
+        expected = tuple(validate_row(table, row, RUN).values())
+    except LogRowError as err:
+        with pytest.raises(LogRowError) as got:
+            writer._pack(table, row)
+        assert str(got.value) == str(err)
+    else:
+        packed = writer._pack(table, row)[1]
+        assert packed == expected or (packed != packed and str(packed) == str(expected))  # nan != nan
+        assert tuple(map(type, packed)) == tuple(map(type, expected))
+
+
+def test_the_fast_path_checks_integer_ranges_and_the_run_once_a_signature_is_known():
+    packer = writer_mod._RowPacker("episodes", RUN)
+    row = episode_row(RUN, "raw", "XS", 0, 0)
+    packer.pack(row)  # the signature is now known
+    for change, message in [({"sample": 2**31}, "does not fit int32"), ({"seed": -2**63 - 1}, "does not fit int64"),
+                            ({"run": "other"}, "this writer writes run"), ({"failure": "bad_luck"}, "not one of")]:
+        with pytest.raises(LogRowError, match=message):
+            packer.pack({**row, **change})
+    assert packer.pack({**row, "seed": -2**63})[writer_mod._RowPacker("episodes", RUN).names.index("seed")] == -2**63
+
+
+def test_a_bad_partition_name_is_refused_before_anything_is_buffered(tmp_path):
+    w = TrajectoryWriter(tmp_path, RUN)
+    with pytest.raises(LogRowError, match="safe path name"):
+        w.add_episode(episode_row(RUN, "raw/agent", "XS", 0, 0))
+    assert w._buffered == 0
+    w.close()
+    assert _visible(tmp_path) == []
+
+
+def test_an_episode_with_one_bad_turn_buffers_none_of_its_rows(tmp_path):
+    w = TrajectoryWriter(tmp_path, RUN)
+    e = episode_row(RUN, "raw", "XS", 0, 0)
+    turns = turn_rows(e, 3)
+    turns[2]["action"] = "drop_table"
+    with pytest.raises(LogRowError, match="column 'action' value 'drop_table'"):
+        w.add_episode(e, turns)
+    w.add_episode(episode_row(RUN, "raw", "XS", 0, 1), turn_rows(episode_row(RUN, "raw", "XS", 0, 1), 2))
+    w.close()
+    assert w.rows_written == {"episodes": 1, "turns": 2}
+    assert set(read_table(tmp_path, "turns").column("episode_id").to_pylist()) == {
+        episode_row(RUN, "raw", "XS", 0, 1)["episode_id"]}

@@ -9,7 +9,8 @@ from bapsql.logs.reader import read_episodes, read_turns
 from bapsql.logs.writer import existing_episode_ids
 from bapsql.rollout.groups import GroupSampler, Prompt
 from bapsql.rollout.runner import evaluate, load_tasks
-from bapsql.rollout.workers import EnvWorker, Lost, WriterHost, episode_rows
+from bapsql.rollout.groups import episode_rows
+from bapsql.rollout.workers import EnvWorker, Lost, WriterHost
 from tests.rollout.rollout_bench import build_rollout_bench
 
 
@@ -42,8 +43,6 @@ def test_scripted_episodes_in_a_worker_equal_the_in_process_runner(bench, tasks,
         row = ref.loc[t.episode_id]
         for col in ("success", "correct", "queries", "result_tokens", "vm_steps", "turns", "total_tokens",
                     "group_id", "failure", "answer"):
-            if col == "group_id":
-                continue  # the runner names groups task@level; groups.py adds seed and policy version
             assert t.episode[col] == row[col], col
         assert [r["action"] for r in t.turns] == list(
             ref_turns[ref_turns.episode_id == t.episode_id].sort_values("turn")["action"])
@@ -129,7 +128,8 @@ def test_episode_rows_label_every_turn(worker, tasks):
         "lab", spec.episode_id, spec.group_id, 2, 4)
     assert turns and all(t["episode_id"] == spec.episode_id and t["budget"] == "M" for t in turns)
     assert [t["turn"] for t in turns] == list(range(1, len(turns) + 1))
-    again, again_turns = episode_rows(spec, worker._envs["workflow.direct_aggregation"])
+    env = worker._envs["workflow.direct_aggregation"]
+    again, again_turns = episode_rows(spec, env.summary(), env.turn_records)
     assert {k: v for k, v in again.items() if k != "wall_s"} == {k: v for k, v in ep.items() if k != "wall_s"}
     assert again_turns == turns
 
