@@ -319,7 +319,9 @@ class TrajectoryWriter:
 
     def add_episode(self, row: Mapping[str, Any], turns: Iterable[Mapping[str, Any]] = ()) -> None:
         """Buffer one episodes row after its ``turns`` rows; if any of them is invalid none is buffered."""
-        self._buffer([*(self._pack("turns", t) for t in turns), self._pack("episodes", row)])
+        packed = [self._pack("turns", t) for t in turns]
+        packed.append(self._pack("episodes", row))
+        self._buffer(packed)
 
     def flush(self) -> list[Path]:
         """Write every buffered row (turns first, then episodes); returns the files written."""

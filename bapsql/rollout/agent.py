@@ -10,6 +10,9 @@ batch the requests of many concurrent episodes into one engine call (continuous 
         gen = engine.generate([req.prompt_ids], [req.params])[0]
         agent.advance(gen)                           # completion ids appended as sampled → env.step → observation
 
+`run_agents` plays many agents this way with the engine's continuous batching (`Engine.step`): an agent's next
+request joins the running batch as soon as its observation is ready.
+
 Token-in/token-out (`bapsql.policies.chat.TokenTrajectory`): the prompt of turn k+1 is the prompt of turn k + the
 sampled completion ids (loss mask 1, sampling logprobs kept) + the template's text for the new observation only
 (mask 0); past turns are never re-templated. When the env reports ``context_rewritten`` (evidence management
@@ -170,15 +173,26 @@ def load_template(model_dir: str | Path) -> "ChatTemplate":
 
 
 def run_agents(agents: list[ModelAgent], engine: Any, *, adapter: Any = None) -> int:
-    """Play started agents to the end in this process: each round sends the requests of ALL unfinished agents to
-    ``engine`` in one batched ``generate`` call. Returns the number of generated tokens."""
+    """Play started agents to the end in this process with continuous batching: every agent's request goes to
+    ``engine.step`` as soon as it is ready, and each agent whose completion comes back advances (env step, next
+    request) while the others keep decoding. Agents need distinct ``episode_key`` s. Returns the generated tokens."""
+    live = {a.episode_key: a for a in agents if not a.done}
+    if len(live) != len([a for a in agents if not a.done]):
+        raise ConfigError("run_agents: agents need distinct episode keys")
+    new = [(r.episode_id, r.prompt_ids, r.params) for r in (a.request() for a in live.values())]
     generated = 0
-    live = [a for a in agents if not a.done]
     while live:
-        reqs = [a.request() for a in live]
-        gens = engine.generate([r.prompt_ids for r in reqs], [r.params for r in reqs], adapter=adapter)
-        for agent, gen in zip(live, gens):
+        finished = engine.step(new, adapter=adapter)
+        if not finished and not engine.in_flight():
+            raise EnvStateError(f"run_agents: the engine holds none of the {len(live)} unfinished episodes' requests")
+        new = []
+        for key, gen in finished:
+            agent = live[key]
             agent.advance(gen)
             generated += len(gen.completion_ids)
-        live = [a for a in live if not a.done]
+            if agent.done:
+                del live[key]
+            else:
+                r = agent.request()
+                new.append((r.episode_id, r.prompt_ids, r.params))
     return generated

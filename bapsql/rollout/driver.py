@@ -6,13 +6,15 @@
   hash for databases first seen later), so each worker's SQLite handles stay warm; at most ``in_flight`` episodes
   are in flight at once;
 - scripted episodes run whole inside their worker, ``scripted_batch`` per call; model episodes advance a turn at a
-  time, and every time an engine is free it gets the requests of ALL episodes waiting for that model in one
-  ``generate`` call (continuous batching across episodes and workers);
+  time through the engines' continuous batching (`Engine.step`): each engine replica always has one ``step`` call
+  outstanding while it holds requests, every call admits the requests that became ready since the last one (the
+  least loaded replica takes them), and returns as soon as one request finishes — so an episode's next turn joins
+  the running batch while the other episodes keep decoding, across episodes and workers;
 - finished trajectories stream to the writer actor (which dedups by episode id and acknowledges durable ids); with
   ``collect=True`` they are also returned (training needs the token ids, masks and logprobs);
 - faults: when an env worker dies, every episode it hosted reruns from scratch on its restarted incarnation (an
   episode id a restarted worker does not know comes back `Lost` and reruns too); when an engine dies, the episodes
-  of its lost call rerun from scratch; when the writer dies — noticed by a failed call or, if it died between
+  that had a request in flight on it rerun from scratch; when the writer dies — noticed by a failed call or, if it died between
   calls, by a new incarnation id in its next acknowledgement — every row not yet acknowledged durable is resent.
   Results of a dead incarnation's calls are ignored (epochs, tickets), episode ids are deterministic and the
   writer dedups, so nothing is lost or written twice. An episode rerun more than ``max_reruns`` times, or an actor
@@ -97,13 +99,15 @@ def assign_shards(specs: Sequence[EpisodeSpec], n_workers: int) -> dict[str, int
 class _Ep:
     """Driver-side state of one episode in flight."""
 
-    __slots__ = ("spec", "worker", "epoch", "phase", "ticket", "request")
+    __slots__ = ("spec", "worker", "epoch", "phase", "ticket", "request", "engine", "rkey")
 
     def __init__(self, spec: EpisodeSpec, worker: int, epoch: int):
         self.spec, self.worker, self.epoch = spec, worker, epoch
         self.phase = "queued"  # queued | worker | awaiting | generating
         self.ticket: int | None = None
         self.request: GenerationRequest | None = None
+        self.engine: tuple | None = None  # the engine replica holding its request (phase generating)
+        self.rkey: str | None = None  # that request's key (unique per request: results of a rerun's past are stale)
 
 
 class Driver:
@@ -150,6 +154,9 @@ class Driver:
         self._tickets: dict[int, tuple[str, list[str]]] = {}  # ticket -> (kind, episode ids)
         self._awaiting: dict[str, list[str]] = defaultdict(list)  # method -> episode ids awaiting generation
         self._engine_busy: dict[tuple, int | None] = {k: None for keys in self.engines.values() for k in keys}
+        self._engine_load: dict[tuple, int] = {k: 0 for k in self._engine_busy}  # requests in flight per replica
+        self._rkeys: dict[str, str] = {}  # request key -> episode id
+        self._rseq = 0
         self._scripted_busy = [False] * self.n_workers
         self._epoch = [0] * self.n_workers  # handled deaths per env worker
         self._epoch_of: dict[int, int] = {}  # env ticket -> worker epoch when it was submitted
@@ -242,25 +249,32 @@ class Driver:
             self._eps[eid].ticket = ticket
 
     def _dispatch_generation(self) -> None:
-        """Every idle engine replica gets an equal share of the requests waiting for its model."""
+        """Every replica without a call outstanding gets a ``step`` call if it holds requests or new ones wait; the
+        waiting requests go to the least loaded of those replicas."""
         for method, keys in self.engines.items():
+            idle = [k for k in keys if self._engine_busy[k] is None]
+            if not idle:
+                continue
             waiting = [eid for eid in self._awaiting.get(method, ())
                        if eid in self._eps and self._eps[eid].phase == "awaiting"]
-            idle = [k for k in keys if self._engine_busy[k] is None]
-            if not waiting or not idle:
-                continue
             self._awaiting[method] = []
-            share = -(-len(waiting) // len(idle))
-            for i, key in enumerate(idle):
-                part = waiting[i * share:(i + 1) * share]
-                if not part:
-                    break
-                reqs = [self._eps[eid].request for eid in part]
-                ticket = self._submit(key, "generate", reqs, self.adapter, kind="generate", ids=part)
-                self._engine_busy[key] = ticket
+            parts: dict[tuple, list[str]] = {k: [] for k in idle}
+            for eid in waiting:
+                parts[min(idle, key=lambda k: self._engine_load[k] + len(parts[k]))].append(eid)
+            for key in idle:
+                if not parts[key] and not self._engine_load[key]:
+                    continue
+                items = []
+                for eid in parts[key]:
+                    ep = self._eps[eid]
+                    self._rseq += 1
+                    ep.phase, ep.engine, ep.rkey, ep.ticket = "generating", key, f"{eid}#{self._rseq}", None
+                    self._rkeys[ep.rkey] = eid
+                    items.append((ep.rkey, ep.request))
+                self._engine_busy[key] = self._submit(key, "step", items, self.adapter, kind="generate",
+                                                      ids=parts[key])
+                self._engine_load[key] += len(items)
                 self._engine_calls += 1
-                for eid in part:
-                    self._eps[eid].phase, self._eps[eid].ticket = "generating", ticket
 
     def _send_writes(self) -> None:
         if self.writer and self._to_write:
@@ -316,13 +330,15 @@ class Driver:
         return 0
 
     def _generated_batch(self, o: Any, ids: list[str]) -> int:
+        self._engine_load[o.key] -= len(o.value)
         by_worker: dict[int, list] = defaultdict(list)
-        for eid, gen in zip(ids, o.value):
+        for rkey, gen in o.value:
             self._generated += len(gen.completion_ids)
-            ep = self._eps.get(eid)
-            if ep is None or ep.ticket != o.ticket:  # rerun since this call was made: stale
+            ep = self._eps.get(self._rkeys.pop(rkey, ""))
+            if ep is None or ep.rkey != rkey:  # rerun since this request was made: stale
                 continue
-            by_worker[ep.worker].append((eid, gen))
+            ep.engine = ep.rkey = None
+            by_worker[ep.worker].append((ep.spec.episode_id, gen))
         for w, items in by_worker.items():
             ticket = self._submit(("env", w), "step", items, kind="step", ids=[e for e, _ in items])
             for eid, _ in items:
@@ -366,9 +382,10 @@ class Driver:
             self._restarts[what] += 1
             self._scripted_busy[w] = False
             victims = [ep for ep in self._eps.values() if ep.worker == w and ep.epoch <= epoch]
-        else:
+        else:  # an engine: every request it held is gone
             self._restarts[what] += 1
-            victims = [self._eps[eid] for eid in ids if eid in self._eps and self._eps[eid].ticket == o.ticket]
+            self._engine_load[o.key] = 0
+            victims = [ep for ep in self._eps.values() if ep.phase == "generating" and ep.engine == o.key]
             by_worker: dict[int, list[str]] = defaultdict(list)
             for ep in victims:
                 by_worker[ep.worker].append(ep.spec.episode_id)

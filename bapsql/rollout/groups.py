@@ -160,9 +160,14 @@ def episode_rows(spec: EpisodeSpec, summary: Any, turn_records: Sequence[Any]) -
     """The episodes-table row and turns-table rows of a finished episode (its env's `EpisodeSummary` and
     `TurnRecord` s), labelled by ``spec``: the one place a played episode becomes log rows (the in-process runner
     and the env workers both call it)."""
-    ep = {**summary.to_row(), "run": spec.run, "episode_id": spec.episode_id, "sample": spec.sample,
-          "group_id": spec.group_id, "method": spec.method, "seed": spec.seed,
-          "policy_version": spec.policy_version}
+    ep = summary.to_row()  # a fresh dict: completed in place (one dict per row, not a copy per merge)
+    ep.update({"run": spec.run, "episode_id": spec.episode_id, "sample": spec.sample, "group_id": spec.group_id,
+               "method": spec.method, "seed": spec.seed, "policy_version": spec.policy_version})
     meta = {"run": spec.run, "episode_id": spec.episode_id, "method": spec.method, "budget": spec.level,
             "seed": spec.seed, "task_id": spec.task_id, "db_id": spec.db_id}
-    return ep, tuple(rec.to_row() | meta for rec in turn_records)
+    turns = []
+    for rec in turn_records:
+        row = rec.to_row()
+        row.update(meta)
+        turns.append(row)
+    return ep, tuple(turns)

@@ -264,6 +264,23 @@ class EngineHost:
         self._busy += time.perf_counter() - t0
         return list(gens)
 
+    def step(self, items: Sequence[tuple[str, GenerationRequest]], adapter: AdapterSpec | None = None
+             ) -> list[tuple[str, Any]]:
+        """Continuous batching (`Engine.step`): admit ``(key, request)`` items into the running batch and return the
+        ``(key, Generation)`` pairs that finish next; the others stay in flight for the next call."""
+        t0 = time.perf_counter()
+        ref = self.adapter_ref(adapter)
+        done = self.engine.step([(k, r.prompt_ids, r.params) for k, r in items], adapter=ref)
+        self._calls += 1
+        self._requests += len(items)
+        self._prompt_tokens += sum(len(r.prompt_ids) for _, r in items)
+        self._generated += sum(len(g.completion_ids) for _, g in done)
+        self._busy += time.perf_counter() - t0
+        return list(done)
+
+    def in_flight(self) -> int:
+        return int(self.engine.in_flight())
+
     def load_adapter(self, adapter: AdapterSpec) -> Any:
         """Load (or reload in place) an adapter now, e.g. right after a weight sync."""
         self._adapters.pop(adapter.name, None)

@@ -15,7 +15,7 @@ import zlib
 from typing import Sequence
 
 from bapsql.env.actions import AnswerAction, ExecuteQuery, render_action
-from bapsql.rollout.engines.base import AdapterRef, Generation, SamplingParams
+from bapsql.rollout.engines.base import AdapterRef, Generation, SamplingParams, check_step
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 from bapsql.types import Task
 
@@ -39,7 +39,9 @@ class PlanEngine:
         self.template = ChatTemplate.from_dir(tokenizer_dir)
         self.plans = dict(plans or {})
         self.calls: list[int] = []
+        self.steps: list[tuple[int, int]] = []  # (requests admitted, requests decoding) per step() call
         self.adapters: list[tuple[str, int]] = []
+        self._running: dict[str, list] = {}  # step() key -> [generation, tokens still to decode]
         self.pid = os.getpid()
 
     def _completion(self, prompt_ids: Sequence[int]) -> str:
@@ -53,6 +55,30 @@ class PlanEngine:
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
                  adapter: AdapterRef | None = None) -> list[Generation]:
         self.calls.append(len(prompts))
+        return self._generate(prompts, params)
+
+    def step(self, new, *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
+        """Continuous batching simulated in tokens: admit ``new``, decode every running request until the shortest
+        remaining one is done, return those that finished (the others keep their progress)."""
+        check_step(new, self._running, 10**9)
+        for key, p, sp in new:
+            gen = self._generate([p], [sp])[0]
+            self._running[key] = [gen, len(gen.completion_ids)]
+        if not self._running:
+            return []
+        self.steps.append((len(new), len(self._running)))
+        tick = min(left for _, left in self._running.values())
+        done = []
+        for key in list(self._running):
+            self._running[key][1] -= tick
+            if self._running[key][1] == 0:
+                done.append((key, self._running.pop(key)[0]))
+        return done
+
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def _generate(self, prompts, params) -> list[Generation]:
         out = []
         for p, sp in zip(prompts, params):
             ids = self.template.encode(self._completion(p) + "<|im_end|>")

@@ -81,13 +81,18 @@ def test_rerunning_an_episode_with_its_seed_reproduces_it_exactly(handles, templ
     assert turn_seed(11, 0) != turn_seed(11, 1) and turn_seed(11, 0) != turn_seed(12, 0)
 
 
-def test_requests_of_all_live_episodes_go_to_the_engine_in_one_call_per_round(handles, template, tasks):
+def test_requests_join_the_running_batch_as_soon_as_their_episode_is_ready(handles, template, tasks):
     plans = {t.question: gold_plan(t) for t in tasks[:6]}
     plans[tasks[5].question] = plans[tasks[5].question][:1] + [FALLBACK, plans[tasks[5].question][1]]
     engine = PlanEngine(plans)
     agents = [_agent(handles, template, t) for t in tasks[:6]]
     generated = run_agents(agents, engine)
-    assert engine.calls == [6, 6, 1]  # continuous batching: one call per round, not one per episode turn
+    assert engine.calls == []  # no synchronous rounds: everything goes through step()
+    assert engine.steps[0] == (6, 6)  # every episode's first request in one batch
+    # continuous batching: later requests join while earlier ones are still decoding
+    assert any(0 < admitted < decoding for admitted, decoding in engine.steps[1:])
+    assert sum(admitted for admitted, _ in engine.steps) == 6 * 2 + 1  # one request per turn, none repeated
+    assert engine.in_flight() == 0
     assert generated == sum(a.generated_tokens for a in agents)
     assert all(a.done for a in agents)
     assert agents[5].env.summary().invalid_actions == 1

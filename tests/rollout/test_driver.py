@@ -223,13 +223,15 @@ def test_model_and_scripted_episodes_share_a_sweep_and_generation_is_batched(tas
     specs = GroupSampler("d", samples_per_group=2).sweep(["model.plan", "baseline.raw"], tasks, ["M"], [0])
     be, engines = _model_backend(tmp_path, tasks, replicas=2)
     result = Driver(be, 2, engines=engines, config=DriverConfig(in_flight=16)).run(specs, collect=True)
+    steps = [s for k in engines["model.plan"] for s in be.actors[k].engine.steps]  # (admitted, decoding) per call
     _close(be)
     eps = _assert_exactly_once(tmp_path, specs)
     model = eps[eps.method == "model.plan"]
     assert len(model) == 24 and model["success"].all()  # the plans execute the gold SQL and answer its values
-    sizes = [c[2] for c in be.calls if c[1] == "generate"]
-    assert sum(sizes) == 48 and max(sizes) > 1 and len(sizes) < 48  # two turns each, batched across episodes
-    assert {c[0] for c in be.calls if c[1] == "generate"} == set(engines["model.plan"])  # both replicas serve
+    sizes = [c[2] for c in be.calls if c[1] == "step" and c[0][0] == "engine"]
+    assert sum(sizes) == 48 and max(sizes) > 1  # two turns each, admitted in batches across episodes
+    assert any(0 < admitted < decoding for admitted, decoding in steps)  # new turns join a running batch
+    assert {c[0] for c in be.calls if c[1] == "step" and c[0][0] == "engine"} == set(engines["model.plan"])  # both replicas serve
     assert result.engine_calls == len(sizes) and result.generated_tokens > 0
     model_trajs = [t for t in result.trajectories if t.spec.method == "model.plan"]
     assert all(t.segments and t.segments[0].logprobs is not None for t in model_trajs)

@@ -167,3 +167,14 @@ def test_lora_adapter_hot_swap(tmp_path, engine, model_dir, prompts):
         engine.generate(prompts[:1], [GREEDY], adapter=v1)
     with pytest.raises(EngineError, match="adapter_config"):
         engine.load_adapter(str(tmp_path / "missing"), "policy", 3)
+
+
+def test_step_runs_what_is_in_flight_as_one_round_with_generates_results(engine, prompts):
+    params = [GREEDY, SamplingParams(max_tokens=16, temperature=1.0, seed=11)]
+    direct = engine.generate(prompts[:2], params)
+    done = engine.step([("a", prompts[0], params[0]), ("b", prompts[1], params[1])])
+    assert [k for k, _ in done] == ["a", "b"] and engine.in_flight() == 0  # round batching: all finish
+    assert [g.completion_ids for _, g in done] == [g.completion_ids for g in direct]
+    assert engine.step([]) == []
+    with pytest.raises(EngineError, match="already in flight"):
+        engine.step([("a", prompts[0], GREEDY), ("a", prompts[1], GREEDY)])

@@ -135,3 +135,23 @@ def test_lora_adapter_updates_in_place(setup, tmp_path):
         vllm.generate(prompts[:1], [GREEDY], adapter=v1)
     with pytest.raises(EngineError, match="adapter_config"):
         vllm.load_adapter(str(tmp_path / "missing"), "policy", 3)
+
+
+def test_step_admits_requests_while_others_decode_and_matches_generate(setup):
+    vllm, prompts = setup["vllm"], setup["prompts"]
+    params = [SamplingParams(max_tokens=4, temperature=1.0, seed=1), SamplingParams(max_tokens=40, seed=2),
+              SamplingParams(max_tokens=24, seed=3), GREEDY]
+    direct = vllm.generate(prompts, params)
+    got: dict = {}
+    first = vllm.step([("a", prompts[0], params[0]), ("b", prompts[1], params[1])])
+    got.update(first)
+    assert "a" in got and vllm.in_flight() == 2 - len(first)  # the short one is back, the long one still decodes
+    got.update(vllm.step([("c", prompts[2], params[2]), ("d", prompts[3], params[3])]))  # joins the running batch
+    if vllm.in_flight():
+        with pytest.raises(EngineError, match="in flight"):
+            vllm.generate(prompts[:1], [GREEDY])  # would drain the step() requests
+    while vllm.in_flight():
+        got.update(vllm.step([]))
+    assert sorted(got) == ["a", "b", "c", "d"] and vllm.step([]) == []
+    assert [got[k].completion_ids for k in "abcd"] == [g.completion_ids for g in direct]
+    assert [got[k].finish_reason for k in "abcd"] == [g.finish_reason for g in direct]

@@ -12,6 +12,16 @@ Contract (token-in / token-out; engines never re-tokenize text):
   ``finish_reason`` is ``"stop"`` (eos or stop string) or ``"length"`` (``max_tokens`` reached).
   ``temperature == 0`` is greedy decoding. A request's ``seed`` makes its sample reproducible whatever else is in
   the batch.
+- `Engine.step(new, *, adapter=None)` is continuous batching, for callers that keep many episodes going at once:
+  it admits ``new`` requests — ``(key, prompt_ids, params)``, each ``key`` unique among the requests in flight —
+  into the running batch (sampled with ``adapter``), runs the engine until at least one request in flight has
+  finished, and returns the finished ones as ``(key, Generation)`` pairs (each equal to what ``generate`` gives
+  for that request alone, seeds included). It returns ``[]`` only when nothing is in flight. Requests that are
+  still running stay in flight for the next call, so the caller can add the next turn of a finished episode
+  while the others keep decoding (no round waits for its longest completion). `Engine.in_flight()` counts them.
+  vLLM admits requests between decoding steps; `RoundBatching` gives engines without that ability (HF) the same
+  contract by finishing everything in flight at each call. ``generate``, ``load_adapter`` and ``logprobs_of``
+  refuse to run while requests are in flight on an engine that shares one batch between them.
 - `Engine.load_adapter(path, name, version)` loads a peft LoRA adapter folder under ``name``, replacing (in place)
   any earlier version of the same name, and returns the `AdapterRef` to pass to ``generate``/``logprobs_of``.
 - `Engine.logprobs_of(prompt_ids, completion_ids, *, adapter=None)` scores a given completion (teacher forcing):
@@ -94,6 +104,35 @@ class AdapterRef:
     lora_id: int
 
 
+StepRequest = tuple[str, Sequence[int], SamplingParams]  # (key, prompt ids, sampling params) for `Engine.step`
+
+
+def check_step(new: Sequence[StepRequest], running: Any, max_model_len: int) -> None:
+    """Raise `EngineError` unless every new request has a fresh key (not in ``running`` nor repeated) and a prompt
+    that fits (`check_batch`)."""
+    keys = [k for k, _, _ in new]
+    clash = sorted({k for k in keys if k in running} | {k for k in keys if keys.count(k) > 1})
+    if clash:
+        raise EngineError(f"step: request keys {clash[:5]} are already in flight; give each request a unique key")
+    check_batch([p for _, p, _ in new], [sp for _, _, sp in new], max_model_len)
+
+
+class RoundBatching:
+    """`Engine.step` for an engine that can only run whole batches: each call runs every request in flight (the new
+    ones and any left) through ``self.generate`` in one batch, so all of them finish; per request the results are
+    exactly ``generate``'s. Mixed in by engines without in-flight admission (HF)."""
+
+    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
+        if not new:
+            return []
+        check_step(new, (), self.config.max_model_len)  # type: ignore[attr-defined]
+        gens = self.generate([p for _, p, _ in new], [sp for _, _, sp in new], adapter=adapter)  # type: ignore
+        return [(key, g) for (key, _, _), g in zip(new, gens)]
+
+    def in_flight(self) -> int:
+        return 0
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A batched, token-in/token-out text generator with LoRA hot swap (see the module docstring)."""
@@ -102,6 +141,11 @@ class Engine(Protocol):
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
                  adapter: AdapterRef | None = None) -> list[Generation]: ...
+
+    def step(self, new: Sequence["StepRequest"], *, adapter: AdapterRef | None = None
+             ) -> list[tuple[str, Generation]]: ...
+
+    def in_flight(self) -> int: ...
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef: ...
 

@@ -21,6 +21,7 @@ from typing import Sequence
 
 from bapsql.errors import EngineError
 from bapsql.rollout.engines.base import (
+    RoundBatching,
     model_folder,
     AdapterRef,
     EngineConfig,
@@ -35,7 +36,7 @@ from bapsql.rollout.engines.codec import ModelCodec, quiet_transformers
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-class HFEngine:
+class HFEngine(RoundBatching):
     """Reference engine on Hugging Face transformers (CPU or one CUDA device)."""
 
     name = "hf"

@@ -3,7 +3,7 @@
 Contract (see `bapsql.rollout.engines.base`):
 
 - each prompt is one ``POST {base_url}/completions`` (legacy completions API), sent concurrently (at most
-  ``max_num_seqs`` in flight), with ``logprobs: 0`` when logprobs are wanted and vLLM's ``return_token_ids: true``;
+  ``max_num_seqs`` in flight; `step` keeps requests in flight across calls and returns those that have answered), with ``logprobs: 0`` when logprobs are wanted and vLLM's ``return_token_ids: true``;
 - prompts go as token-id lists where the server takes them (``token_prompts: auto`` tries once and, on a 400 or 422
   answer, falls back for good to text prompts detokenized with the model's tokenizer, special tokens kept);
 - completion ids come from the server's ``token_ids`` when it returns them (vLLM), else from ``token_id:N`` logprob
@@ -23,11 +23,12 @@ import json
 import os
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from bapsql.errors import ConfigError, EngineError
-from bapsql.rollout.engines.base import AdapterRef, EngineConfig, Generation, SamplingParams, check_batch
+from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, StepRequest,
+                                         check_batch, check_step)
 from bapsql.rollout.engines.codec import ModelCodec
 
 
@@ -61,6 +62,7 @@ class OpenAIEngine:
         self._codec = ModelCodec.from_dir(config.tokenizer_dir)
         self._token_prompts: bool | None = {"always": True, "never": False, "auto": None}[config.token_prompts]
         self._pool = ThreadPoolExecutor(max_workers=config.max_num_seqs, thread_name_prefix="openai-engine")
+        self._running: dict[Future, str] = {}  # step() requests in flight -> their keys
         self._closed = False
 
     # -- protocol ---------------------------------------------------------------------------------------------------
@@ -78,6 +80,26 @@ class OpenAIEngine:
                                        zip(prompts[1:], params[1:])))
             return [first, *rest]
         return list(self._pool.map(lambda a: self._generate_one(a[0], a[1], model), zip(prompts, params)))
+
+    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
+        """Send ``new`` requests and return those answered so far, waiting for at least one (see the protocol)."""
+        self._check_open()
+        check_step(new, set(self._running.values()), self.config.max_model_len)
+        model = adapter.name if adapter is not None else self.config.model
+        if new and self._token_prompts is None:  # probe once, serially, whether token-id prompts are accepted
+            (key, prompt, sp), new = new[0], new[1:]
+            done = self._pool.submit(self._generate_one, prompt, sp, model)
+            self._running[done] = key
+            wait([done])
+        for key, prompt, sp in new:
+            self._running[self._pool.submit(self._generate_one, prompt, sp, model)] = key
+        if not self._running:
+            return []
+        finished, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
+        return [(self._running.pop(f), f.result()) for f in finished]
+
+    def in_flight(self) -> int:
+        return len(self._running)
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         """Always raises: adapters of a served model are the server's business."""

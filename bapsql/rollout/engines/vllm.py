@@ -12,6 +12,11 @@ gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's log
   integer id per name) and then resets the prefix cache, whose keys name the adapter but not its version: stale KV
   blocks computed with the old weights are never reused.
 - ``logprobs_of`` asks for ``prompt_logprobs=0`` over prompt + completion (one extra greedy token is discarded).
+- ``step`` (continuous batching) adds requests to the engine with ``LLMEngine.add_request`` (final output only) and
+  runs ``LLMEngine.step`` until one of them finishes; the engine core keeps decoding the others between calls (it
+  runs in its own process), so the caller's env work overlaps with generation. `LLM.generate` drains every
+  unfinished request of the engine, so ``generate`` / ``logprobs_of`` / ``load_adapter`` refuse to run while
+  ``step`` requests are in flight.
 
 vllm is imported when the engine is built, never at module import.
 """
@@ -30,7 +35,9 @@ from bapsql.rollout.engines.base import (
     EngineConfig,
     Generation,
     SamplingParams,
+    StepRequest,
     check_batch,
+    check_step,
     cpu_share,
 )
 
@@ -79,22 +86,50 @@ class VLLMEngine:
         self._vllm = vllm
         self.config = config
         self._adapters: dict[str, AdapterRef] = {}
+        self._running: dict[str, tuple[str, tuple[int, ...], SamplingParams]] = {}  # vllm id -> key, prompt, params
+        self._next_id = 0
         self._closed = False
 
     # -- protocol ---------------------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
                  adapter: AdapterRef | None = None) -> list[Generation]:
         """Sample one completion per prompt in one `LLM.generate` call."""
-        self._check_open()
+        self._check_idle("generate")
         check_batch(prompts, params, self.config.max_model_len)
         outs = self._llm.generate([self._TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
                                   [self._params(sp) for sp in params], use_tqdm=False,
                                   lora_request=self._lora_request(adapter))
         return [self._generation(prompts[i], out.outputs[0], params[i]) for i, out in enumerate(outs)]
 
+    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
+        """Admit ``new`` into the running batch and return the requests that finish next (see the protocol)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        self._check_open()
+        check_step(new, {key for key, _, _ in self._running.values()}, self.config.max_model_len)
+        lora = self._lora_request(adapter)
+        engine = self._llm.llm_engine
+        for key, prompt, sp in new:
+            self._next_id += 1
+            rid = f"bapsql-step-{self._next_id}"
+            params = self._params(sp)
+            params.output_kind = RequestOutputKind.FINAL_ONLY
+            engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)), params, lora_request=lora)
+            self._running[rid] = (key, tuple(prompt), sp)
+        done: list[tuple[str, Generation]] = []
+        while self._running and not done:
+            for out in engine.step():
+                if out.finished and out.request_id in self._running:
+                    key, prompt, sp = self._running.pop(out.request_id)
+                    done.append((key, self._generation(prompt, out.outputs[0], sp)))
+        return done
+
+    def in_flight(self) -> int:
+        return len(self._running)
+
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         """Load (or reload in place) peft adapter folder ``path`` as ``name``; clears the prefix cache."""
-        self._check_open()
+        self._check_idle("load_adapter")
         if not self.config.enable_lora:
             raise EngineError("load_adapter: this engine was started without LoRA; set enable_lora: true")
         if not (Path(path) / "adapter_config.json").is_file():
@@ -112,7 +147,7 @@ class VLLMEngine:
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
                     adapter: AdapterRef | None = None) -> list[float]:
         """Raw log-probabilities of ``completion_ids`` after ``prompt_ids`` via ``prompt_logprobs``."""
-        self._check_open()
+        self._check_idle("logprobs_of")
         if not prompt_ids or not completion_ids:
             raise EngineError("logprobs_of: prompt and completion must both be non-empty")
         ids = list(prompt_ids) + list(completion_ids)
@@ -122,6 +157,12 @@ class VLLMEngine:
                                  lora_request=self._lora_request(adapter))[0]
         scored = out.prompt_logprobs[len(prompt_ids):]
         return [float(pos[tok].logprob) for pos, tok in zip(scored, completion_ids)]
+
+    def clear_cache(self) -> None:
+        """Drop every cached KV block (the prefix cache), so that the next requests start cold — e.g. between the
+        two sides of a throughput comparison, where a replay of the same prompts would otherwise hit the cache."""
+        self._check_idle("clear_cache")
+        self._llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Shut the engine's worker processes down (idempotent)."""
@@ -140,6 +181,12 @@ class VLLMEngine:
     def _check_open(self) -> None:
         if self._closed:
             raise EngineError("vllm engine: used after close()")
+
+    def _check_idle(self, what: str) -> None:
+        self._check_open()
+        if self._running:
+            raise EngineError(f"vllm engine: {what} while {len(self._running)} step() requests are in flight; "
+                              "call step() until in_flight() is 0 first")
 
     def _lora_request(self, adapter: AdapterRef | None):
         if adapter is None:
