@@ -195,13 +195,14 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         bar = progress.add_task(policy.name, total=total)
         progress.start()
     writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY)
-    played: list[tuple[Any, Any, list]] = []  # (spec, summary, turn records) not yet handed to the writer
+    played: list[tuple] = []  # (episode id, level, seed, task, summary, turn records) not yet handed to the writer
 
     def log_played() -> None:  # in batches: the logging work runs hot, not interleaved with every episode
-        for spec, summary, records in played:
+        for eid, level, seed, task, summary, records in played:
+            spec = EpisodeSpec(eid, run, policy.name, level, seed, 0, seed, task, group_id(task.task_id, level, seed))
             ep, turns = episode_rows(spec, summary, records)
             writer.add_episode(ep, turns)
-            rows[spec.level].append(ep)
+            rows[level].append(ep)
         played.clear()
 
     try:
@@ -218,9 +219,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
                             summary = play_episode(env, policy, task, budget, seed)
                             t1 = time.perf_counter()
                             play_s += t1 - t0
-                            spec = EpisodeSpec(eid, run, policy.name, budget.level, seed, 0, seed, task,
-                                               group_id(task.task_id, budget.level, seed))
-                            played.append((spec, summary, env.turn_records))
+                            played.append((eid, budget.level, seed, task, summary, env.turn_records))
                             if len(played) >= LOG_BATCH:
                                 log_played()
                             log_s += time.perf_counter() - t1

@@ -15,6 +15,7 @@ from bapsql.errors import LogRowError
 from bapsql.logs import writer as writer_mod
 from bapsql.logs.reader import read_table
 from bapsql.logs.schema import EPISODES_SCHEMA, SCHEMA_VERSION, TURNS_SCHEMA
+from bapsql.logs.validate import TABLES, RowPacker
 from bapsql.logs.writer import TrajectoryWriter, episode_id, existing_episode_ids, validate_row, write_part
 from tests.logs._rows import episode_row, turn_rows
 
@@ -237,7 +238,7 @@ def test_the_writers_fast_path_accepts_and_rejects_exactly_what_validate_row_doe
                                                                                    extra):
     episode = episode_row(RUN, "raw", "XS", 0, 0, nulls=nulls)
     row = dict(episode if table == "episodes" else turn_rows(episode, 1, nulls=nulls)[0])
-    names = writer_mod.TABLES[table].names
+    names = TABLES[table].names
     for i, value in changes:
         row[names[i % len(names)]] = value
     for i in drop:
@@ -245,28 +246,28 @@ def test_the_writers_fast_path_accepts_and_rejects_exactly_what_validate_row_doe
     if extra:
         row["colour"] = "red"
     writer = TrajectoryWriter("/nonexistent/never-flushed", RUN)
-    writer._pack(table, episode if table == "episodes" else turn_rows(episode, 1, nulls=nulls)[0])  # known now
+    writer._packers[table].pack(episode if table == "episodes" else turn_rows(episode, 1, nulls=nulls)[0])
     try:
         expected = tuple(validate_row(table, row, RUN).values())
     except LogRowError as err:
         with pytest.raises(LogRowError) as got:
-            writer._pack(table, row)
+            writer._packers[table].pack(row)
         assert str(got.value) == str(err)
     else:
-        packed = writer._pack(table, row)[1]
+        packed = writer._packers[table].pack(row)[1]
         assert packed == expected or (packed != packed and str(packed) == str(expected))  # nan != nan
         assert tuple(map(type, packed)) == tuple(map(type, expected))
 
 
 def test_the_fast_path_checks_integer_ranges_and_the_run_once_a_signature_is_known():
-    packer = writer_mod._RowPacker("episodes", RUN)
+    packer = RowPacker("episodes", RUN)
     row = episode_row(RUN, "raw", "XS", 0, 0)
     packer.pack(row)  # the signature is now known
     for change, message in [({"sample": 2**31}, "does not fit int32"), ({"seed": -2**63 - 1}, "does not fit int64"),
                             ({"run": "other"}, "this writer writes run"), ({"failure": "bad_luck"}, "not one of")]:
         with pytest.raises(LogRowError, match=message):
             packer.pack({**row, **change})
-    assert packer.pack({**row, "seed": -2**63})[writer_mod._RowPacker("episodes", RUN).names.index("seed")] == -2**63
+    assert packer.pack({**row, "seed": -2**63})[1][packer.names.index("seed")] == -2**63
 
 
 def test_a_bad_partition_name_is_refused_before_anything_is_buffered(tmp_path):
@@ -290,3 +291,4 @@ def test_an_episode_with_one_bad_turn_buffers_none_of_its_rows(tmp_path):
     assert w.rows_written == {"episodes": 1, "turns": 2}
     assert set(read_table(tmp_path, "turns").column("episode_id").to_pylist()) == {
         episode_row(RUN, "raw", "XS", 0, 1)["episode_id"]}
+
