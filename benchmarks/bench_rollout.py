@@ -1,6 +1,6 @@
 """Rollout throughput: the agent loop vs raw engine batches, env-worker scaling on Ray, Ray overhead.
 
-    python benchmarks/bench_rollout.py [--engine vllm|hf] [--episodes 47] [--loop step|rounds] [--part all|agent|scale]
+    python benchmarks/bench_rollout.py [--engine vllm|hf] [--episodes 128] [--loop step|rounds] [--part all|agent|scale]
 
 1. agent loop: ``--episodes`` tiny-model episodes (budget M, at most 64 tokens per completion) played together
    with the engine's continuous batching (`bapsql.rollout.agent.run_agents` over `Engine.step`: each episode's next
@@ -163,7 +163,8 @@ def scaling_and_overhead() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
-    ap.add_argument("--episodes", type=int, default=47)
+    ap.add_argument("--episodes", type=int, default=128,
+                    help="model episodes played at once (a GRPO rollout batch is groups x 8)")
     ap.add_argument("--part", choices=["all", "agent", "scale"], default="all")
     ap.add_argument("--loop", choices=["step", "rounds"], default="step",
                     help="agent loop: continuous batching (Engine.step) or synchronous rounds of generate")
