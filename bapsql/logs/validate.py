@@ -181,7 +181,8 @@ class RowPacker:
         if not all(t in allowed for t, allowed in zip(sig, self._allowed)):
             return None
         at = [i for i, (c, t) in enumerate(zip(self._cols, sig)) if c.kind == "int" and t is int]
-        getter = operator.itemgetter(*at) if len(at) > 1 else (lambda values, at=tuple(at): tuple(values[i] for i in at))
+        getter = (operator.itemgetter(*at) if len(at) > 1
+                  else (lambda values, at=tuple(at): tuple(values[i] for i in at)))
         self._good[sig] = fast = (getter, tuple(self._cols[i].bound.bit_length() - 1 for i in at))
         return fast
 

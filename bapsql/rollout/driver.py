@@ -14,8 +14,9 @@
   ``collect=True`` they are also returned (training needs the token ids, masks and logprobs);
 - faults: when an env worker dies, every episode it hosted reruns from scratch on its restarted incarnation (an
   episode id a restarted worker does not know comes back `Lost` and reruns too); when an engine dies, the episodes
-  that had a request in flight on it rerun from scratch; when the writer dies — noticed by a failed call or, if it died between
-  calls, by a new incarnation id in its next acknowledgement — every row not yet acknowledged durable is resent.
+  that had a request in flight on it rerun from scratch; when the writer dies — noticed by a failed call or, if it
+  died between calls, by a new incarnation id in its next acknowledgement — every row not yet acknowledged durable
+  is resent.
   Results of a dead incarnation's calls are ignored (epochs, tickets), episode ids are deterministic and the
   writer dedups, so nothing is lost or written twice. An episode rerun more than ``max_reruns`` times, or an actor
   raising in its own code, stops the run with `RolloutError` (the caller then closes the writer, which flushes
@@ -386,6 +387,8 @@ class Driver:
             self._restarts[what] += 1
             self._engine_load[o.key] = 0
             victims = [ep for ep in self._eps.values() if ep.phase == "generating" and ep.engine == o.key]
+            for ep in victims:
+                self._rkeys.pop(ep.rkey or "", None)
             by_worker: dict[int, list[str]] = defaultdict(list)
             for ep in victims:
                 by_worker[ep.worker].append(ep.spec.episode_id)

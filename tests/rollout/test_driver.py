@@ -228,10 +228,11 @@ def test_model_and_scripted_episodes_share_a_sweep_and_generation_is_batched(tas
     eps = _assert_exactly_once(tmp_path, specs)
     model = eps[eps.method == "model.plan"]
     assert len(model) == 24 and model["success"].all()  # the plans execute the gold SQL and answer its values
-    sizes = [c[2] for c in be.calls if c[1] == "step" and c[0][0] == "engine"]
+    engine_calls = [c for c in be.calls if c[1] == "step" and c[0][0] == "engine"]
+    sizes = [c[2] for c in engine_calls]
     assert sum(sizes) == 48 and max(sizes) > 1  # two turns each, admitted in batches across episodes
     assert any(0 < admitted < decoding for admitted, decoding in steps)  # new turns join a running batch
-    assert {c[0] for c in be.calls if c[1] == "step" and c[0][0] == "engine"} == set(engines["model.plan"])  # both replicas serve
+    assert {c[0] for c in engine_calls} == set(engines["model.plan"])  # both replicas serve
     assert result.engine_calls == len(sizes) and result.generated_tokens > 0
     model_trajs = [t for t in result.trajectories if t.spec.method == "model.plan"]
     assert all(t.segments and t.segments[0].logprobs is not None for t in model_trajs)

@@ -49,8 +49,18 @@ def test_token_prompts_give_the_served_engines_tokens_and_logprobs(model_dir, hf
         try:
             remote = client.generate(prompts, params)
             again = client.generate(prompts[1:2], params[1:2])
+            # continuous batching: requests stay in flight across step() calls, each comes back as generate gives it
+            stepped = dict(client.step([(f"r{i}", p, sp) for i, (p, sp) in enumerate(zip(prompts[:3], params[:3]))]))
+            stepped.update(client.step([("r3", prompts[3], params[3])]))
+            with pytest.raises(EngineError, match="already in flight"):
+                client.step([("x", prompts[0], GREEDY), ("x", prompts[1], GREEDY)])
+            while client.in_flight():
+                stepped.update(client.step([]))
+            assert client.step([]) == []
         finally:
             client.close()
+    assert sorted(stepped) == ["r0", "r1", "r2", "r3"]
+    assert [stepped[f"r{i}"].completion_ids for i in range(4)] == [g.completion_ids for g in direct]
     assert [g.completion_ids for g in remote] == [g.completion_ids for g in direct]
     assert [g.text for g in remote] == [g.text for g in direct]
     assert [g.finish_reason for g in remote] == [g.finish_reason for g in direct]
@@ -126,23 +136,3 @@ def test_errors_are_engine_errors(model_dir, hf, codec):
     with pytest.raises(EngineError, match="cannot reach"):
         client.generate([prompt], [GREEDY])
     client.close()
-
-
-def test_step_keeps_requests_in_flight_and_returns_each_as_generate_would(model_dir, hf, codec):
-    prompts = prompt_ids(model_dir)
-    params = [GREEDY, SamplingParams(max_tokens=8, seed=3), GREEDY, SamplingParams(max_tokens=8, seed=4)]
-    direct = hf.generate(prompts, params)
-    with EngineServer(hf, codec, SERVED) as server:
-        client = _client(model_dir, server.base_url)
-        try:
-            got = dict(client.step([(f"r{i}", p, sp) for i, (p, sp) in enumerate(zip(prompts[:3], params[:3]))]))
-            got.update(client.step([("r3", prompts[3], params[3])]))
-            with pytest.raises(EngineError, match="already in flight"):
-                client.step([("x", prompts[0], GREEDY), ("x", prompts[1], GREEDY)])
-            while client.in_flight():
-                got.update(client.step([]))
-            assert client.step([]) == []
-        finally:
-            client.close()
-    assert sorted(got) == ["r0", "r1", "r2", "r3"]
-    assert [got[f"r{i}"].completion_ids for i in range(4)] == [g.completion_ids for g in direct]

@@ -3,7 +3,8 @@
 Contract (see `bapsql.rollout.engines.base`):
 
 - each prompt is one ``POST {base_url}/completions`` (legacy completions API), sent concurrently (at most
-  ``max_num_seqs`` in flight; `step` keeps requests in flight across calls and returns those that have answered), with ``logprobs: 0`` when logprobs are wanted and vLLM's ``return_token_ids: true``;
+  ``max_num_seqs`` in flight; `step` keeps requests in flight across calls and returns those that have answered),
+  with ``logprobs: 0`` when logprobs are wanted and vLLM's ``return_token_ids: true``;
 - prompts go as token-id lists where the server takes them (``token_prompts: auto`` tries once and, on a 400 or 422
   answer, falls back for good to text prompts detokenized with the model's tokenizer, special tokens kept);
 - completion ids come from the server's ``token_ids`` when it returns them (vLLM), else from ``token_id:N`` logprob

@@ -114,10 +114,14 @@ class VLLMEngine:
             rid = f"bapsql-step-{self._next_id}"
             params = self._params(sp)
             params.output_kind = RequestOutputKind.FINAL_ONLY
+            # add_request returns vLLM's internal id (ours plus a random suffix); outputs carry the id we gave
             engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)), params, lora_request=lora)
             self._running[rid] = (key, tuple(prompt), sp)
         done: list[tuple[str, Generation]] = []
         while self._running and not done:
+            if not engine.has_unfinished_requests():  # stepping would wait forever for outputs that cannot come
+                raise EngineError(f"vllm engine: {len(self._running)} step() requests are in flight here but vLLM "
+                                  f"holds none (e.g. {next(iter(self._running))!r}); the engine lost track of them")
             for out in engine.step():
                 if out.finished and out.request_id in self._running:
                     key, prompt, sp = self._running.pop(out.request_id)
