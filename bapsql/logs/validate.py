@@ -11,7 +11,6 @@ Numpy scalars are accepted and converted, ints are accepted (as floats) in float
 
 from __future__ import annotations
 
-import functools
 import numbers
 import operator
 import re
@@ -98,32 +97,6 @@ def _check_value(table: str, col: _Column, value: Any) -> Any:
     return value
 
 
-def _checker(table: str, col: _Column) -> Callable[[Any], Any]:
-    """One column's check as a closure, with the type dispatch resolved once: exact builtin types take a fast path
-    that accepts exactly what `_check_value` accepts; everything else (None, numpy scalars, wrong types) falls back
-    to `_check_value`, which raises the same `LogRowError`."""
-    slow = functools.partial(_check_value, table, col)
-    if col.vocabulary is not None or col.partition:
-        vocabulary, partition, safe = col.vocabulary, col.partition, SAFE_NAME.match
-
-        def check_str_vocab(value: Any) -> Any:
-            if type(value) is str and (vocabulary is None or value in vocabulary) and (not partition or safe(value)):
-                return value
-            return slow(value)
-        return check_str_vocab if col.kind == "str" else slow
-    if col.kind == "str":
-        return lambda value: value if type(value) is str else slow(value)
-    if col.kind == "float":
-        return lambda value: value if type(value) is float else slow(value)
-    if col.kind == "bool":
-        return lambda value: value if type(value) is bool else slow(value)
-    if col.kind == "int":
-        lo, hi = -col.bound, col.bound
-        return lambda value: value if type(value) is int and lo <= value < hi else slow(value)
-    return slow
-
-
-_CHECKERS = {table: tuple((c.name, _checker(table, c)) for c in cols) for table, cols in _COLUMNS.items()}
 _REQUIRED = {table: frozenset(c.name for c in cols if not c.nullable) for table, cols in _COLUMNS.items()}
 
 
@@ -143,8 +116,7 @@ def validate_row(table: str, row: Mapping[str, Any], run_name: str | None = None
     if not row.keys() >= _REQUIRED[table]:
         missing = [c.name for c in _COLUMNS[table] if not c.nullable and c.name not in row]
         raise LogRowError(f"{table} row: missing non-nullable column(s) {missing}")
-    get = row.get
-    return {name: check(get(name)) for name, check in _CHECKERS[table]}
+    return {col.name: _check_value(table, col, row.get(col.name)) for col in _COLUMNS[table]}
 
 
 class RowPacker:

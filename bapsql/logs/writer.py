@@ -29,7 +29,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -144,12 +144,9 @@ class TrajectoryWriter:
 
     def _to_arrow(self, key: tuple[str, str, str]) -> None:
         """Move the buffered rows of ``key`` into one Arrow record batch."""
-        self._add_columns(key, list(zip(*self._buffers.pop(key))))
-
-    def _add_columns(self, key: tuple[str, str, str], columns: Sequence[Sequence[Any]]) -> None:
-        """Append validated columns (schema order, all columns) of partition ``key`` as an Arrow record batch."""
         table = key[0]
         schema, names = file_schema(table), self._packers[table].names
+        columns = list(zip(*self._buffers.pop(key)))
         arrays = [pa.array(columns[i], type=schema.field(name).type)
                   for i, name in enumerate(names) if name not in PARTITION_COLUMNS]
         self._chunks.setdefault(key, []).append(pa.RecordBatch.from_arrays(arrays, schema=schema))
