@@ -107,12 +107,6 @@ def answer_from_rows(sql: str, columns: Sequence[str], rows: Sequence[Sequence])
     return Answer(kind, tuple(clean))
 
 
-def official_ex(pred_rows: Iterable[Sequence], gold_rows: Iterable[Sequence]) -> bool:
-    """BIRD's execution accuracy: ``set(predicted) == set(gold)`` over row tuples (order and duplicates ignored,
-    1 == 1.0 as in Python). A separate, unbudgeted metric."""
-    return set(map(tuple, pred_rows)) == set(map(tuple, gold_rows))
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # non-determinism probes
 

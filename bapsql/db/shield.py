@@ -20,7 +20,7 @@ an estimate that failed, or an estimated median VM-step count above the cap.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from bapsql.db.rows import render_header, render_row
 from bapsql.db.sandbox import Sandbox
@@ -114,8 +114,12 @@ class Shield:
             )
         return None
 
-    def execute(self, sql: str, caps: Caps) -> ShieldResult:
-        """Check, run and admit ``sql`` under ``caps`` (see the module docstring). Never raises for bad SQL."""
+    def execute(self, sql: str, caps: Caps, *,
+                observe: Callable[[tuple[str, ...], tuple], None] | None = None) -> ShieldResult:
+        """Check, run and admit ``sql`` under ``caps`` (see the module docstring). Never raises for bad SQL.
+
+        ``observe(columns, row)`` is called with every row the statement produces, admitted or not (the post-hoc
+        controller profiles the whole result this way); it sees nothing the VM-step cap stopped."""
         if caps.vm_steps == 0:
             return _rejected("no_vm_steps", "no VM steps are left in the budget; the query cannot run")
         try:
@@ -139,6 +143,8 @@ class Shield:
             try:
                 for row in stream:
                     rows_total += 1
+                    if observe is not None:
+                        observe(columns, row)
                     if truncated_by is None:
                         line = render_row(row)
                         t = count(line)

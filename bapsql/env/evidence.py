@@ -48,6 +48,16 @@ class ColumnProfile:
     min: object
     max: object
     first: tuple
+    mean: float | None = None  # whole-result profiles (`bapsql.env.posthoc`) only
+    top: tuple = ()  # (value, count) of the most frequent values; whole-result profiles only
+    distinct_at_least: bool = False  # the distinct count is a lower bound (too many values to track)
+
+    def values(self) -> tuple:
+        """Every value this column's profile shows (what an answer may be supported by)."""
+        out = [v for v in (self.min, self.max) if v is not None]
+        if self.mean is not None:
+            out += [self.mean, round(self.mean, 2)]
+        return tuple(out) + tuple(v for v, _ in self.top) + tuple(self.first)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class Profile:
     truncated: bool
     rows_total: int | None
     columns: tuple[ColumnProfile, ...]
+    whole_result: bool = False  # made by the post-hoc controller over every row the query produced
+    columns_total: int | None = None  # columns of the result when only the leading ones are profiled
 
     @classmethod
     def of(cls, columns: Sequence[str], rows: Sequence[Sequence], *, truncated: bool,
@@ -81,19 +93,34 @@ class Profile:
 
     def render(self) -> str:
         """Compact one-line-per-column text, e.g. ``57 rows; name: 57 distinct, first Ann, Bo, Cy``."""
-        total = f" of {self.rows_total}" if self.truncated and self.rows_total is not None else ""
-        head = f"{self.rows}{total} rows{' (truncated)' if self.truncated else ''}"
+        if self.whole_result:
+            head = f"profile of {'the first ' if self.truncated else ''}{self.rows} rows" + (
+                " (stopped early)" if self.truncated else "")
+        else:
+            total = f" of {self.rows_total}" if self.truncated and self.rows_total is not None else ""
+            head = f"{self.rows}{total} rows{' (truncated)' if self.truncated else ''}"
         lines = [head]
         for c in self.columns:
-            parts = [f"{c.distinct} distinct"]
+            parts = [f"{c.distinct}{'+' if c.distinct_at_least else ''} distinct"]
             if c.nulls:
                 parts.append(f"{c.nulls} null")
             if c.min is not None:
                 parts.append(f"min {cell_text(c.min)} max {cell_text(c.max)}")
-            if c.first:
+            if c.mean is not None:
+                parts.append(f"mean {cell_text(round(c.mean, 4))}")
+            if c.top:
+                parts.append("top " + ", ".join(f"{cell_text(v)} ({n})" for v, n in c.top))
+            elif c.first:
                 parts.append("first " + ", ".join(cell_text(v) for v in c.first))
             lines.append(f"{c.name}: " + "; ".join(parts))
+        if self.columns_total is not None and self.columns_total > len(self.columns):
+            lines.append(f"[{self.columns_total - len(self.columns)} more columns not profiled]")
         return "\n".join(lines)
+
+    def values(self) -> tuple:
+        """Every value the profile shows: the row count (of a complete profile) and each column's values."""
+        head = (self.rows_total,) if self.rows_total is not None else ()
+        return head + tuple(v for c in self.columns for v in c.values())
 
 
 def _hashable(v: object) -> object:
@@ -172,15 +199,17 @@ class EvidenceStore:
         rows_total: int | None,
         result_tokens: int,
         turn: int,
+        state: BlockState = "visible",
+        profile: Profile | None = None,
     ) -> EvidenceBlock:
-        """Store a new visible block and return it."""
+        """Store a new block (visible, or compressed to ``profile`` by the post-hoc controller) and return it."""
         ref = f"E{len(self._blocks) + 1}"
         rows_t = tuple(tuple(r) for r in rows)
         block = EvidenceBlock(
             ref=ref, sql=sql, columns=tuple(columns), rows=rows_t, truncated=truncated, truncated_by=truncated_by,
             rows_total=rows_total, status=status, result_tokens=result_tokens,
-            profile=Profile.of(columns, rows_t, truncated=truncated, rows_total=rows_total),
-            state="visible", turn=turn,
+            profile=profile or Profile.of(columns, rows_t, truncated=truncated, rows_total=rows_total),
+            state=state, turn=turn,
         )
         self._blocks[ref] = block
         return block

@@ -10,7 +10,7 @@ read-only sandbox (never charged, never shown) and types the result with `bapsql
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from bapsql.env.evidence import EvidenceStore
 from bapsql.env.records import EpisodeSummary
@@ -23,6 +23,35 @@ if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.ledger import Ledger
 
 GOLD_MAX_ROWS = 100_000
+OFFICIAL_MAX_ROWS = 100_000
+
+
+def official_ex(pred_rows: Iterable[Sequence], gold_rows: Iterable[Sequence]) -> bool:
+    """BIRD's execution accuracy: ``set(predicted) == set(gold)`` over row tuples (order and duplicates ignored,
+    1 == 1.0 as in Python). A separate, unbudgeted metric."""
+    return set(map(tuple, pred_rows)) == set(map(tuple, gold_rows))
+
+
+def official_rows(sandbox: "Sandbox", sql: str, vm_step_cap: int | None) -> frozenset | None:
+    """The set of result rows of ``sql`` run unbudgeted (read-only, under ``vm_step_cap``) for official EX; None
+    when it fails, is refused, hits the cap or returns more than `OFFICIAL_MAX_ROWS` rows."""
+    try:
+        res = sandbox.query(sql, vm_step_cap=vm_step_cap, max_rows=OFFICIAL_MAX_ROWS)
+    except BapsqlError:
+        return None
+    if res.interrupted or res.rows_total > len(res.rows):
+        return None
+    return frozenset(map(tuple, res.rows))
+
+
+def final_sql(citations: Sequence[str], store: EvidenceStore, executed: Sequence[str]) -> str | None:
+    """The episode's final SQL for official EX: the query of the first cited block that exists, else the last
+    query that ran; None when no query ran."""
+    for ref in citations:
+        block = store.get(ref)
+        if block is not None:
+            return block.sql
+    return executed[-1] if executed else None
 
 
 def gold_answer(task: Task, sandbox: "Sandbox", vm_step_cap: int | None) -> Answer | None:
@@ -99,6 +128,7 @@ def summarize(
     shield_breach: bool,
     history: Sequence[tuple[str, str | None]],
     wall_s: float,
+    official_ex: bool | None = None,
 ) -> EpisodeSummary:
     """The episode's summary: budgeted success = terminated ∧ correct ∧ feasible (no ledger or shield breach)."""
     led = ledger
@@ -114,6 +144,7 @@ def summarize(
         controller_tokens=led.controller_tokens, total_tokens=led.total_tokens, peak_context=led.peak_context,
         warnings=led.warnings, rewrites=led.rewrites, rejections=led.rejections, invalid_actions=led.invalid_actions,
         abstained=abstained, terminated=terminated, truncated=truncated, breach=not feasible, wall_s=round(wall_s, 6),
+        official_ex=official_ex,
         failure=classify_failure(success=success, correct=correct, answer=answer, gold=gold, abstained=abstained,
                                  history=history, store=store, tags=task.tags, level=level),
         citations=tuple(citations), breaches=led.breaches + (("shield",) if shield_breach else ()),

@@ -11,7 +11,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bapsql.env.actions import TOOL_NAMES
+from bapsql.env.conditions import Condition
+from bapsql.env.conditions import condition as condition_named
 from bapsql.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,36 +23,39 @@ if TYPE_CHECKING:  # pragma: no cover
 class EnvOptions:
     """Knobs of the environment (strict: build from YAML with `bapsql.config.from_mapping`).
 
-    ``completion_reserve``: context tokens every observation leaves free for the next completion (observations are
-    cut to keep it; when even a minimal observation cannot, the episode truncates). ``row_cap`` / ``byte_cap``: the
-    shield's visible-output caps per execution. ``show_dashboard``: append the remaining-budget line to observations
-    (the Raw-agent baseline hides it). ``allowed_actions``: the tools this interface offers (others are invalid
-    actions; e.g. the Dashboard baseline drops estimate_query and rewrite_query). ``gold_vm_step_cap``: VM-step cap
-    for computing a task's gold answer from its gold SQL when the task carries none (never charged).
-    ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the cost-matched placebo) shows another
-    query's p50/p95 drawn from a seeded pool, while the shield's preflight and every charge keep the true estimate.
+    ``condition``: the experimental condition (`bapsql.env.conditions`: dashboard, offered tools, estimate view,
+    preflight wording, rewriter, post-hoc controller); every policy runs under one. ``completion_reserve``: context
+    tokens every observation leaves free for the next completion (observations are cut to keep it; when even a
+    minimal observation cannot, the episode truncates). ``row_cap`` / ``byte_cap``: the shield's visible-output caps
+    per execution. ``gold_vm_step_cap``: VM-step cap for computing a task's gold answer (and the official EX of the
+    final SQL) when the task carries none (never charged). ``posthoc_limit``: the rows a ``limit`` post-hoc control
+    shows (a fixed LIMIT).
     """
 
+    condition: Condition = Condition()
     completion_reserve: int = 64
     row_cap: int = 200
     byte_cap: int = 65_536
-    show_dashboard: bool = True
-    allowed_actions: tuple[str, ...] = TOOL_NAMES
     gold_vm_step_cap: int = 200_000_000
-    estimate_view: str = "true"
+    posthoc_limit: int = 20
 
     def __post_init__(self) -> None:
-        if self.estimate_view not in ("true", "shuffled"):
-            raise ConfigError(f"env.estimate_view: must be 'true' or 'shuffled', got {self.estimate_view!r}")
-        for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap"):
+        for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap", "posthoc_limit"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"env.{name}: must be a non-negative integer, got {v!r}")
-        unknown = sorted(set(self.allowed_actions) - set(TOOL_NAMES))
-        if unknown:
-            raise ConfigError(f"env.allowed_actions: unknown tool(s) {unknown}; known: {list(TOOL_NAMES)}")
-        if not {"answer", "abstain"} & set(self.allowed_actions):
-            raise ConfigError("env.allowed_actions: must include answer or abstain, or no episode can terminate")
+
+    @property
+    def show_dashboard(self) -> bool:
+        return self.condition.show_dashboard
+
+    @property
+    def allowed_actions(self) -> tuple[str, ...]:
+        return self.condition.actions
+
+    def under(self, cond: "str | Condition") -> "EnvOptions":
+        """These options under another condition (a preset name or a `Condition`)."""
+        return dataclasses.replace(self, condition=condition_named(cond))
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class EpisodeSummary:
     breach: bool
     failure: str
     wall_s: float
+    official_ex: bool | None = None  # BIRD's unbudgeted EX of the final SQL (None when no query ran)
     citations: tuple[str, ...] = field(default_factory=tuple)
     breaches: tuple[str, ...] = field(default_factory=tuple)
 
@@ -178,6 +183,8 @@ class TurnDraft:
     warning: bool = False
     ref: str | None = None
     rewritten: bool = False
+    posthoc: str | None = None  # the post-hoc control applied to an executed result (pass/truncate/limit/profile)
+    profile: object = None  # the whole-result profile the controller showed instead of rows
 
     def info(self, snap: "LedgerSnapshot", *, max_completion_tokens: int, terminated: bool, truncated: bool) -> dict:
         """The step's ``info`` dict (estimate and shield results as plain dicts)."""
@@ -189,6 +196,9 @@ class TurnDraft:
             "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None,
             "shield": dataclasses.asdict(self.shield) if self.shield is not None else None,
             "warning": self.warning, "evidence_ref": self.ref, "context_rewritten": self.rewritten,
+            "posthoc": self.posthoc,
+            "probe_vm_steps": getattr(self.internal_estimate, "probe_vm_steps", 0),
+            "profile": dataclasses.asdict(self.profile) if self.profile is not None else None,
             "max_completion_tokens": max_completion_tokens, "terminated": terminated, "truncated": truncated,
         }
 

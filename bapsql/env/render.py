@@ -175,8 +175,19 @@ def execution_header(block: EvidenceBlock) -> str:
     return f"{block.ref} ({block.status}): {len(block.rows)} rows x {len(block.columns)} columns"
 
 
-def shield_observation(res: "ShieldResult") -> str:
-    """execute_query outcomes that produce no evidence block: rejected or SQL error."""
+_PREFLIGHT_WORDS = {
+    "preflight_vm_steps": "it would almost surely exceed the database work (VM steps) left in the budget",
+    "no_vm_steps": "no database work (VM steps) is left in the budget",
+    "estimate_error": "it cannot run as written (a binding or syntax problem)",
+}
+
+
+def shield_observation(res: "ShieldResult", *, numbers: bool = True) -> str:
+    """execute_query outcomes that produce no evidence block: rejected or SQL error. ``numbers`` False (conditions
+    without estimates): a preflight rejection says why in words only — no estimate, no figure at all."""
+    if res.status == "rejected" and not numbers and res.rejection in _PREFLIGHT_WORDS:
+        return (f"execute_query rejected before running: {_PREFLIGHT_WORDS[res.rejection]}. The query did not run; "
+                "no query was charged. Narrow it (filters, aggregation, LIMIT) or answer from what you have.")
     if res.status == "rejected":
         return f"execute_query rejected ({res.rejection}): {res.message} The query did not run; no query was charged."
     if res.status == "error":

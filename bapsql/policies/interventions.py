@@ -16,7 +16,7 @@ shuffled_estimate   the interface: ``estimate_view = "shuffled"`` — the cost-m
 no_rewrite          the interface: ``rewrite_query`` is not offered (estimates still shown)
 no_abstention       the interface: ``abstain`` is not offered (the policy must answer)
 deterministic_rewrite the completions: every ``rewrite_query`` the wrapped policy emits is replaced by the rule-based
-                    rewrite (`bapsql.policies.rewriter`) of the candidate it last estimated, and a later
+                    rewrite (`bapsql.env.rewriter`) of the candidate it last estimated, and a later
                     ``execute_query`` of the policy's own rewrite runs the rule-based SQL instead. Interface unchanged.
 =================== ===================================================================================================
 
@@ -33,7 +33,7 @@ from typing import Callable
 from bapsql.budgets import Budget
 from bapsql.env.actions import EstimateQuery, ExecuteQuery, RewriteQuery, parse_action, render_action
 from bapsql.policies.base import Interface, Policy, PolicyOptions
-from bapsql.policies.rewriter import DEFAULT_K, affordable_rows, deterministic_rewrite
+from bapsql.env.rewriter import DEFAULT_K, affordable_rows, deterministic_rewrite
 from bapsql.types import Task
 
 

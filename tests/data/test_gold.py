@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bapsql.data.cache import GoldCache, file_fingerprint
-from bapsql.data.gold import answer_from_rows, derive_gold, official_ex, order_matters
+from bapsql.data.gold import answer_from_rows, derive_gold, order_matters
+from bapsql.env.outcome import official_ex
 from bapsql.db.sandbox import Sandbox
 from bapsql.tokens import load_token_counter
 from bapsql.types import Answer

@@ -12,6 +12,7 @@ from bapsql.budgets import Budget, get_budget
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery, render_action,
 )
+from bapsql.env.conditions import condition
 from bapsql.errors import EnvStateError
 from bapsql.tokens import RegexTokenCounter
 from bapsql.logs.schema import EPISODES_SCHEMA, FAILURE_KINDS, TURNS_SCHEMA
@@ -68,7 +69,9 @@ def test_execute_then_answer_is_a_budgeted_success(make_env, task):
     shield = r.info["shield"]
     spent = r.info["ledger"]["spent"]
     assert spent["queries"] == 1 and spent["turns"] == 1
-    assert spent["vm_steps"] == shield["cost"]["vm_steps"] > 0
+    # the scan and the shield's preflight probe are both database work
+    assert spent["vm_steps"] == shield["cost"]["vm_steps"] + r.info["probe_vm_steps"] > 0
+    assert r.info["probe_vm_steps"] > 0
     assert spent["result_tokens"] == shield["cost"]["result_tokens"] > 0
     r = act(env, AnswerAction("scalar", (120,), ("E1",)))
     assert r.terminated and not r.truncated and r.reward == 1.0
@@ -136,11 +139,12 @@ def test_invalid_action_costs_a_turn_and_explains(make_env, task):
 
 
 def test_disallowed_tool_is_an_invalid_action(make_env, task):
-    env = make_env(allowed_actions=("inspect_schema", "execute_query", "answer", "abstain"))
+    env = make_env(condition=condition("no_planning"))
     env.reset(task, XS)
     assert "estimate_query" not in env.messages[0]["content"]
     r = act(env, EstimateQuery(PARIS))
-    assert not r.info["valid"] and "not available" in r.observation and env.ledger.vm_steps == 0
+    assert not r.info["valid"] and "not offered under the condition 'no_planning'" in r.observation
+    assert env.ledger.vm_steps == 0
 
 
 def test_turn_ceiling_truncates(make_env, task):
@@ -211,7 +215,8 @@ def test_preflight_rejects_clearly_infeasible_query(make_env, task):
     env.reset(task, XS)
     r = act(env, ExecuteQuery("SELECT count(*) FROM person a, person b, person c"))
     assert r.info["status"] == "rejected" and r.info["shield"]["rejection"] == "preflight_vm_steps"
-    assert env.ledger.queries == 0 and env.ledger.vm_steps == 0
+    # no query and no scan; only the preflight's probe is charged
+    assert env.ledger.queries == 0 and env.ledger.vm_steps == r.info["probe_vm_steps"]
     act(env, Abstain("too expensive"))
     assert env.summary().failure == "unjustified_abstention"
 

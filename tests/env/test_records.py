@@ -5,19 +5,25 @@ from __future__ import annotations
 import pytest
 
 from bapsql.config import from_mapping
+from bapsql.env.conditions import Condition
 from bapsql.env.records import EnvOptions, TurnDraft
 from bapsql.errors import ConfigError
 
 
 def test_options_load_strictly_from_a_mapping():
-    opts = from_mapping(EnvOptions, {"completion_reserve": 32, "allowed_actions": ["execute_query", "answer"]})
+    opts = from_mapping(EnvOptions, {"completion_reserve": 32,
+                                     "condition": {"name": "mine", "actions": ["execute_query", "answer"],
+                                                   "estimates": "none", "preflight": "words"}})
     assert opts.completion_reserve == 32 and opts.allowed_actions == ("execute_query", "answer")
+    assert opts.condition.name == "mine" and opts.condition.preflight == "words"
     with pytest.raises(ConfigError, match="completion_reserv"):
         from_mapping(EnvOptions, {"completion_reserv": 3})
     with pytest.raises(ConfigError, match="unknown tool"):
-        EnvOptions(allowed_actions=("execute_query", "drop_table", "answer"))
+        Condition(actions=("execute_query", "drop_table", "answer"))
     with pytest.raises(ConfigError, match="answer or abstain"):
-        EnvOptions(allowed_actions=("execute_query",))
+        Condition(actions=("execute_query",))
+    with pytest.raises(ConfigError, match="condition.posthoc"):
+        from_mapping(EnvOptions, {"condition": {"posthoc": "magic"}})
     with pytest.raises(ConfigError, match="row_cap"):
         EnvOptions(row_cap=-1)
 

@@ -14,7 +14,7 @@ from bapsql.errors import ConfigError
 from bapsql.policies.base import Interface
 from bapsql.policies.interventions import INTERVENTIONS
 from bapsql.policies.registry import canonical_name, make_policy, policy_names
-from bapsql.policies.rewriter import deterministic_rewrite
+from bapsql.env.rewriter import deterministic_rewrite
 
 CLAIMS = {  # intervention -> {Interface field: value it must take}; every other field must stay as it was
     "no_interface": lambda i: {"allowed_actions": tuple(t for t in i.allowed_actions

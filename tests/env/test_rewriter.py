@@ -6,7 +6,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bapsql.policies.rewriter import MAX_K, affordable_rows, deterministic_rewrite
+from bapsql.env.rewriter import MAX_K, affordable_rows, deterministic_rewrite
 
 
 def test_broad_listing_becomes_count_over_same_rows():
