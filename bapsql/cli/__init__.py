@@ -17,6 +17,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("bapsql.cli.env", "episode_cmd"),
     ("bapsql.cli.eval", "eval_cmd"),
     ("bapsql.cli.eval", "policies_cmd"),
+    ("bapsql.cli.eval", "conditions_cmd"),
     ("bapsql.cli.eval", "sft_data_cmd"),
     ("bapsql.cli.data", "data"),
     ("bapsql.cli.sweep", "sweep_cmd"),

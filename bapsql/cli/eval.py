@@ -1,5 +1,5 @@
-"""``bapsql eval`` / ``bapsql policies`` / ``bapsql sft-data``: thin wrappers over the runner, the policy registry
-and the SFT exporter."""
+"""``bapsql eval`` / ``bapsql policies`` / ``bapsql conditions`` / ``bapsql sft-data``: thin wrappers over the
+runner, the policy registry, the condition presets and the SFT exporter."""
 
 from __future__ import annotations
 
@@ -39,21 +39,24 @@ def _check_benchmark(benchmark: str) -> None:
 @click.option("--benchmark", required=True, help=_BENCH_HELP)
 @click.option("--split", default="dev", show_default=True, help="Split to evaluate (train, validation, dev).")
 @click.option("--policy", "policy_name", required=True, metavar="NAME",
-              help="Policy name, e.g. workflow.estimate_rewrite or baseline.raw (see `bapsql policies`); "
-                   "interventions as NAME+no_interface.")
-@click.option("--intervention", "interventions", multiple=True, metavar="NAME",
-              help="Apply an intervention to the policy (repeatable), e.g. --intervention shuffled_estimate.")
+              help="Policy name, e.g. workflow.estimate_rewrite or scripted.drafter (see `bapsql policies`), "
+                   "optionally with its condition as NAME@CONDITION.")
+@click.option("--condition", "condition", default=None, metavar="NAME",
+              help="Condition to run under (see `bapsql conditions`); default: the one in --policy, else full.")
+@click.option("--calibration", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Estimator calibration JSON (from `bapsql data calibrate`); default: the packaged one.")
 @click.option("--budgets", default="XS,S,M,L", show_default=True, help="Comma-separated budget levels.")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds, e.g. 0,1,2.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run folder for the logs.")
 @click.option("--run-name", default=None, help="Run name in the logs (default: the --out folder's name).")
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Evaluate only the first N tasks.")
-def eval_cmd(benchmark: str, split: str, policy_name: str, interventions: tuple[str, ...], budgets: str, seeds: str,
-             out_dir: str, run_name: str | None, limit: int | None) -> None:
-    """Run one policy over a benchmark split × budgets × seeds in-process and log Parquet trajectories.
+def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None, calibration: str | None,
+             budgets: str, seeds: str, out_dir: str, run_name: str | None, limit: int | None) -> None:
+    """Run one policy under one condition over a benchmark split × budgets × seeds in-process; log Parquet.
 
-    Writes OUT/episodes/method=M/budget=B/*.parquet and OUT/turns/...; rerunning into the same OUT skips the
-    episodes already logged. Prints a per-budget summary table.
+    Writes OUT/episodes/method=POLICY@CONDITION/budget=B/*.parquet, OUT/turns/... and OUT/sweep.json (methods and
+    the calibration file with its hash); rerunning into the same OUT skips the episodes already logged. Prints a
+    per-budget summary table.
     """
     from rich.console import Console
 
@@ -64,7 +67,7 @@ def eval_cmd(benchmark: str, split: str, policy_name: str, interventions: tuple[
     levels, seed_list = _budgets(budgets), _seeds(seeds)
     try:
         summary = evaluate(benchmark, split, policy_name, levels, seed_list, out_dir, run_name=run_name,
-                           limit=limit, interventions=interventions, console=Console(stderr=True))
+                           limit=limit, condition=condition, calibration=calibration, console=Console(stderr=True))
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{summary.method}: {summary.episodes_run} episodes logged to {out_dir} "
@@ -73,18 +76,24 @@ def eval_cmd(benchmark: str, split: str, policy_name: str, interventions: tuple[
 
 @click.command("policies")
 def policies_cmd() -> None:
-    """List every policy name and intervention (compose as NAME+INTERVENTION)."""
-    from bapsql.policies.interventions import INTERVENTIONS
+    """List every scripted policy, one per line (the first word is the name); a model policy is model:ENGINE."""
     from bapsql.policies.registry import make_policy, policy_names
 
-    click.echo("policies:")
     for name in policy_names():
-        p = make_policy(name)
-        tools = ",".join(p.interface.allowed_actions)
-        click.echo(f"  {name:<40} dashboard={'on' if p.interface.show_dashboard else 'off'} tools={tools}")
-    click.echo("interventions (append as +NAME, or --intervention NAME):")
-    for iv in INTERVENTIONS.values():
-        click.echo(f"  {iv.name:<40} {iv.description}")
+        doc = (type(make_policy(name)).__doc__ or "").strip().splitlines()
+        click.echo(f"{name:<36} {doc[0] if doc else ''}".rstrip())
+
+
+@click.command("conditions")
+def conditions_cmd() -> None:
+    """List every condition preset, one per line (the first word is the name), with its switches."""
+    from bapsql.env.conditions import CONDITIONS
+
+    for c in CONDITIONS.values():
+        tools = ",".join(c.actions)
+        click.echo(f"{c.name:<22} dashboard={'on' if c.show_dashboard else 'off'} estimates={c.estimates} "
+                   f"preflight={c.preflight} rewrite={c.rewrite} posthoc={c.posthoc} tools={tools}  "
+                   f"# {c.description}")
 
 
 @click.command("sft-data")
@@ -93,13 +102,13 @@ def policies_cmd() -> None:
 @click.option("--n", "n", default=8192, show_default=True, type=click.IntRange(min=1), help="Pairs to collect.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Output Parquet file.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the task / budget order.")
-@click.option("--intervention", "interventions", multiple=True, metavar="NAME",
-              help="Run the workflows under an intervention, e.g. no_planning for the action-matched SFT set.")
+@click.option("--condition", default="full", show_default=True, metavar="NAME",
+              help="Run the workflows under a condition, e.g. no_planning for the action-matched SFT set.")
 @click.option("--tool-schemas/--no-tool-schemas", default=False, show_default=True,
               help="Also render the JSON tool schemas into the prompt (the env does not charge them).")
 @click.option("--max-length", default=8192, show_default=True, type=click.IntRange(min=16),
               help="Drop pairs longer than this many tokens.")
-def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, interventions: tuple[str, ...],
+def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, condition: str,
                  tool_schemas: bool, max_length: int) -> None:
     """Export turn-level SFT pairs (prompt, completion, token ids, loss masks) from the nine workflows."""
     from rich.console import Console
@@ -109,7 +118,7 @@ def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, interv
 
     _check_benchmark(benchmark)
     try:
-        res = export_sft(benchmark, split, n, out, seed=seed, interventions=interventions,
+        res = export_sft(benchmark, split, n, out, seed=seed, condition=condition,
                          tool_schemas=tool_schemas, max_length=max_length, console=Console(stderr=True))
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc

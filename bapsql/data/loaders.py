@@ -23,6 +23,7 @@ from typing import Callable
 
 from bapsql.data.benchmark import Benchmark, LoadManifest
 from bapsql.data.splits import DEFAULT_FRACTIONS, SPLIT_NAMES, split_databases, split_of
+from bapsql.data.naive import naive_from_gold
 from bapsql.types import Task
 
 _SKIP_FILES = {"tables.json", "column_meaning.json"}
@@ -112,9 +113,10 @@ def _task(layout: str, stem: str, rec: dict, db_file: Path | None) -> Task:
         return Task(task_id=f"bird-{stem}-{qid}", db_id=rec["db_id"], db_path=str(db_file or ""),
                     question=rec["question"].strip(), gold_sql=rec["SQL"].strip(),
                     evidence=str(rec.get("evidence") or "").strip(), difficulty=str(rec.get("difficulty") or ""),
-                    source=f"bird:{stem}")
+                    source=f"bird:{stem}", naive_sql=naive_from_gold(rec["SQL"].strip()))
     return Task(task_id=f"spider-{stem}-{rec['_index']:05d}", db_id=rec["db_id"], db_path=str(db_file or ""),
-                question=" ".join(rec["question"].split()), gold_sql=rec["query"].strip(), source=f"spider:{stem}")
+                question=" ".join(rec["question"].split()), gold_sql=rec["query"].strip(), source=f"spider:{stem}",
+                naive_sql=naive_from_gold(rec["query"].strip()))
 
 
 def _norm(question: str) -> str:

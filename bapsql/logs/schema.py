@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the condition column (methods are POLICY@CONDITION)
 
 # Why an unsuccessful episode failed (empty string for successes). Used by the failure taxonomy of the analysis.
 FAILURE_KINDS: tuple[str, ...] = (
@@ -46,7 +46,8 @@ EPISODES_SCHEMA = pa.schema(
         pa.field("episode_id", pa.string(), nullable=False),  # deterministic: hash of (run, method, budget, seed, task, sample)
         pa.field("group_id", pa.string(), nullable=False),  # (task, budget[, policy version]) rollout group
         pa.field("sample", pa.int32(), nullable=False),  # index within the group (0 for plain evaluation)
-        pa.field("method", pa.string(), nullable=False),
+        pa.field("method", pa.string(), nullable=False),  # POLICY@CONDITION
+        pa.field("condition", pa.string()),  # the condition part of the method (bapsql.env.conditions); v2
         pa.field("budget", pa.string(), nullable=False),  # level name: XS, S, M, L or a custom probe name
         pa.field("seed", pa.int64(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),
@@ -87,6 +88,7 @@ TURNS_SCHEMA = pa.schema(
         pa.field("run", pa.string(), nullable=False),
         pa.field("episode_id", pa.string(), nullable=False),
         pa.field("method", pa.string(), nullable=False),
+        pa.field("condition", pa.string()),  # v2
         pa.field("budget", pa.string(), nullable=False),
         pa.field("seed", pa.int64(), nullable=False),
         pa.field("task_id", pa.string(), nullable=False),

@@ -31,7 +31,7 @@ from bapsql.logs.schema import (
 )
 
 TABLES: dict[str, pa.Schema] = {"episodes": EPISODES_SCHEMA, "turns": TURNS_SCHEMA}
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
 _VOCABULARIES = {"failure": FAILURE_KINDS, "action": ACTIONS}
 _INT_BOUNDS = {pa.int16(): 2**15, pa.int32(): 2**31, pa.int64(): 2**63}
 
@@ -93,7 +93,7 @@ def _check_value(table: str, col: _Column, value: Any) -> Any:
         raise LogRowError(f"{table} row: column {col.name!r} value {value!r} is not one of {list(col.vocabulary)}")
     if col.partition and not SAFE_NAME.match(value):
         raise LogRowError(f"{table} row: column {col.name!r} value {value!r} must be a safe path name "
-                          "(letters, digits, _ . + -; starting with a letter or digit)")
+                          "(letters, digits, _ . + @ -; starting with a letter or digit)")
     return value
 
 

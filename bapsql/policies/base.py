@@ -1,15 +1,16 @@
 """The `Policy` protocol and the machinery scripted policies share.
 
-Contract (every policy — scripted workflows, baselines, intervention wrappers, model-backed policies)::
+Contract (every policy — scripted workflows, the scripted drafter, model-backed policies)::
 
-    policy.interface                              # Interface: what the env must offer / show this policy
     policy.reset(task, budget, seed, options)     # task = oracle.policy_view(full task): no gold, no gold SQL
     text = policy.act(observation, info)          # the completion: exactly what a model would emit (a tool call)
 
-``options`` is a `PolicyOptions`: the `Interface` the env was configured with and, for scripted policies only
-(``needs_oracle``), the task's `OracleHint`. Scripted policies decide from the structured ``info`` the env returns
-(estimates, shield results, ledger) and never read the gold answer (they cannot: the task they get has none).
-When the interface hides the dashboard, `Feedback.remaining` is None: a budget-blind policy gets no ledger numbers.
+A policy does not choose its interface: the condition it runs under belongs to the environment
+(`bapsql.env.conditions`). ``options`` is a `PolicyOptions`: that `Condition` (so a scripted policy never calls a
+tool that is not offered) and, for scripted policies only (``needs_oracle``), the task's `OracleHint`. Scripted
+policies decide from the structured ``info`` the env returns (estimates, shield results, post-hoc profiles, ledger)
+and never read the gold answer (they cannot: the task they get has none). When the condition hides the dashboard,
+`Feedback.remaining` is None: a budget-blind policy gets no ledger numbers.
 
 `ScriptedPolicy` runs a *script*: a generator that yields actions and receives a `Feedback` for each, so a workflow
 reads as straight-line code (``fb = yield ExecuteQuery(sql)``). When a script ends without a terminal action, the
@@ -27,55 +28,18 @@ from typing import Any, Generator, Protocol, runtime_checkable
 import numpy as np
 
 from bapsql.budgets import Budget
-from bapsql.env.actions import TOOL_NAMES, Abstain, Action, AnswerAction, render_action
+from bapsql.env.actions import Abstain, Action, AnswerAction, render_action
+from bapsql.env.conditions import Condition
 from bapsql.errors import ConfigError
 from bapsql.policies.oracle import OracleHint
 from bapsql.types import Task
 
-ESTIMATE_VIEWS: tuple[str, ...] = ("true", "shuffled")
-
-
-@dataclass(frozen=True)
-class Interface:
-    """The policy-visible interface: the env knobs an experiment condition sets (`bapsql.env.records.EnvOptions`).
-
-    ``show_dashboard``: the remaining-budget line (and the ledger in `Feedback`). ``allowed_actions``: the tools
-    offered. ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the placebo) shows another
-    query's p50/p95 drawn from a seeded pool while the shield keeps the true estimates.
-    """
-
-    show_dashboard: bool = True
-    allowed_actions: tuple[str, ...] = TOOL_NAMES
-    estimate_view: str = "true"
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.allowed_actions) - set(TOOL_NAMES))
-        if unknown:
-            raise ConfigError(f"unknown tool(s) {unknown}; tools are {list(TOOL_NAMES)}")
-        if self.estimate_view not in ESTIMATE_VIEWS:
-            raise ConfigError(f"estimate_view must be one of {ESTIMATE_VIEWS}, got {self.estimate_view!r}")
-        # canonical order, so equal interfaces compare equal
-        object.__setattr__(self, "allowed_actions", tuple(t for t in TOOL_NAMES if t in self.allowed_actions))
-
-    def without(self, *tools: str) -> "Interface":
-        return dataclasses.replace(self, allowed_actions=tuple(t for t in self.allowed_actions if t not in tools))
-
-    def env_options(self, base: Any) -> Any:
-        """``base`` (an `EnvOptions`) with this interface's knobs set. A knob the env does not have may only keep
-        its default (else `ConfigError`: the condition could not be run faithfully)."""
-        names = {f.name for f in dataclasses.fields(base)}
-        knobs = dataclasses.asdict(self)
-        for k, v in knobs.items():
-            if k not in names and v != getattr(Interface(), k):
-                raise ConfigError(f"this environment has no {k!r} option, so {k}={v!r} cannot be applied")
-        return dataclasses.replace(base, **{k: v for k, v in knobs.items() if k in names})
-
-
 @dataclass(frozen=True)
 class PolicyOptions:
-    """What a policy is told at reset: its interface, and the oracle hint when it is a scripted policy."""
+    """What a policy is told at reset: the condition it runs under (the env's), and the oracle hint when it is a
+    scripted policy."""
 
-    interface: Interface = Interface()
+    condition: Condition = Condition()
     oracle: OracleHint | None = None
 
 
@@ -84,7 +48,6 @@ class Policy(Protocol):
     """Anything that turns observations into completions (see the module docstring)."""
 
     name: str
-    interface: Interface
     needs_oracle: bool
 
     def reset(self, task: Task, budget: Budget, seed: int, options: PolicyOptions) -> None: ...
@@ -117,6 +80,7 @@ class ResultSeen:
     rows: tuple[tuple, ...]
     message: str
     truncated_by: str | None = None  # rows | bytes | result_tokens | vm_steps | context (cut to fit) | None
+    profile: dict | None = None  # the whole-result profile a post-hoc controller showed instead of the rows
 
     @property
     def complete(self) -> bool:
@@ -154,7 +118,8 @@ class Feedback:
             rows: tuple[tuple, ...] = ()
             status = info.get("status") or sh.get("status") or "rejected"
             cut_by = sh.get("truncated_by")
-            if ref is not None:
+            profile = info.get("profile")
+            if ref is not None and profile is None:
                 admitted = sh.get("rows") or ()
                 shown = len(admitted)
                 m = _HEADER.search(observation)
@@ -164,7 +129,7 @@ class Feedback:
                     cut_by = "context"
                 rows = tuple(tuple(r) for r in admitted[:shown])
             result = ResultSeen(ref, info.get("sql") or "", status, tuple(sh.get("columns") or ()), rows,
-                                info.get("message") or "", cut_by)
+                                info.get("message") or "", cut_by, profile)
         led = info.get("ledger")
         remaining = dict(led["remaining"]) if (show_dashboard and led) else None
         return cls(observation, info.get("action", ""), info.get("status"), bool(info.get("warning")), seen_est,
@@ -210,19 +175,19 @@ def episode_rng(seed: int, task_id: str, salt: str = "") -> np.random.Generator:
 
 @dataclass
 class Context:
-    """Per-episode state a script reads: the task view, budget, hint, interface, rng and what it has seen."""
+    """Per-episode state a script reads: the task view, budget, hint, condition, rng and what it has seen."""
 
     task: Task
     budget: Budget
     seed: int
     hint: OracleHint
-    interface: Interface
+    condition: Condition
     rng: np.random.Generator
     last: Feedback | None = None
     results: list[ResultSeen] = dataclasses.field(default_factory=list)
 
     def can(self, tool: str) -> bool:
-        return tool in self.interface.allowed_actions
+        return self.condition.offers(tool)
 
     @property
     def remaining(self) -> dict[str, int] | None:
@@ -237,10 +202,9 @@ Script = Generator[Action, Feedback, None]
 
 
 class ScriptedPolicy:
-    """Base of programmatic policies: subclasses set ``name`` / ``interface`` and implement `script`."""
+    """Base of programmatic policies: subclasses set ``name`` and implement `script`."""
 
     name = "scripted"
-    interface = Interface()
     needs_oracle = True
 
     def script(self, ctx: Context) -> Script:  # pragma: no cover - abstract
@@ -250,13 +214,13 @@ class ScriptedPolicy:
     def reset(self, task: Task, budget: Budget, seed: int, options: PolicyOptions) -> None:
         if options.oracle is None:
             raise ConfigError(f"{self.name} is a scripted policy and needs the oracle hint in its options")
-        self.ctx = Context(task, budget, seed, options.oracle, options.interface, episode_rng(seed, task.task_id))
+        self.ctx = Context(task, budget, seed, options.oracle, options.condition, episode_rng(seed, task.task_id))
         self._gen = self.script(self.ctx)
         self._started = False
 
     def act(self, observation: str, info: dict) -> str:
         ctx = self.ctx
-        fb = Feedback.from_step(observation, info, show_dashboard=ctx.interface.show_dashboard)
+        fb = Feedback.from_step(observation, info, show_dashboard=ctx.condition.show_dashboard)
         ctx.last = fb
         if fb.result is not None:
             ctx.results.append(fb.result)

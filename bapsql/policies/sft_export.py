@@ -2,6 +2,8 @@
 
 Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
 
+- Every episode runs under one condition (`bapsql.env.conditions`, default ``full``); the prompts show only its
+  tools, so an action-matched SFT set (``no_planning``) comes from the same workflows.
 - Episodes are drawn in a seeded order: each pass shuffles the split's tasks; episode i runs workflow
   ``workflows[i mod 9]`` (a balanced mix) at a budget drawn uniformly from XS / S / M / L (the paper trains one
   policy across the four levels and states no other mix), with seed i. Passes repeat until ``n`` pairs are kept or
@@ -101,9 +103,10 @@ def _write_parquet(rows: list[dict], out: Path) -> None:
 
 def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *, seed: int = 0,
                workflows: tuple[str, ...] = WORKFLOW_NAMES, budgets: tuple[str, ...] = LEVELS,
-               interventions: tuple[str, ...] = (), tool_schemas: bool = False, max_length: int = 8192,
+               condition: Any = "full", tool_schemas: bool = False, max_length: int = 8192,
                tokenizer_dir: str | Path | None = None, console: Any = None) -> SFTExport:
-    """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring)."""
+    """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring), every
+    episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite)."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
@@ -124,7 +127,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     template = ChatTemplate.from_dir(tok_dir)
     counter = HFTokenCounter(tok_dir)
     ladder = load_ladder()
-    policies = [make_policy(w, interventions) for w in workflows]
+    policies = [make_policy(w) for w in workflows]
     levels = [ladder[b] for b in budgets]
     rng = np.random.default_rng(seed)
     rows: list[dict] = []
@@ -143,11 +146,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
         progress.start()
     try:
         with DatabaseHandles(counter) as handles:
-            envs = {}
-            for p in policies:
-                opts = p.interface.env_options(EnvOptions())
-                if opts not in envs:
-                    envs[opts] = BudgetedSQLEnv(token_counter=counter, handles=handles, options=opts)
+            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=EnvOptions().under(condition))
+            tools = [s for s in TOOL_SCHEMAS if env.options.condition.offers(s["function"]["name"])]
             while len(rows) < n:
                 added_this_pass = 0
                 for ti in rng.permutation(len(tasks)):
@@ -155,8 +155,6 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         break
                     task, policy = tasks[int(ti)], policies[played % len(policies)]
                     budget = levels[int(rng.integers(len(levels)))]
-                    env = envs[policy.interface.env_options(EnvOptions())]
-                    tools = [s for s in TOOL_SCHEMAS if s["function"]["name"] in policy.interface.allowed_actions]
                     turns: list[tuple[list[dict], str]] = []
                     summary = play_episode(env, policy, task, budget, played,
                                            on_turn=lambda msgs, text, _info: turns.append((msgs, text)))

@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from bapsql.env.conditions import split_method
 from bapsql.errors import ConfigError
 from bapsql.logs.writer import episode_id
 from bapsql.types import Task
@@ -161,10 +162,11 @@ def episode_rows(spec: EpisodeSpec, summary: Any, turn_records: Sequence[Any]) -
     `TurnRecord` s), labelled by ``spec``: the one place a played episode becomes log rows (the in-process runner
     and the env workers both call it)."""
     ep = summary.to_row()  # a fresh dict: completed in place (one dict per row, not a copy per merge)
+    cond = split_method(spec.method)[1]
     ep.update({"run": spec.run, "episode_id": spec.episode_id, "sample": spec.sample, "group_id": spec.group_id,
-               "method": spec.method, "seed": spec.seed, "policy_version": spec.policy_version})
-    meta = {"run": spec.run, "episode_id": spec.episode_id, "method": spec.method, "budget": spec.level,
-            "seed": spec.seed, "task_id": spec.task_id, "db_id": spec.db_id}
+               "method": spec.method, "condition": cond, "seed": spec.seed, "policy_version": spec.policy_version})
+    meta = {"run": spec.run, "episode_id": spec.episode_id, "method": spec.method, "condition": cond,
+            "budget": spec.level, "seed": spec.seed, "task_id": spec.task_id, "db_id": spec.db_id}
     turns = []
     for rec in turn_records:
         row = rec.to_row()

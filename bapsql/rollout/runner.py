@@ -3,7 +3,10 @@
 Contract of `evaluate(benchmark_dir, split, policy_name, budgets, seeds, out_dir, *, run_name=None, limit=None)`:
 
 - runs every (budget, seed, task) episode in this process with ONE environment whose database handles stay warm
-  (tasks are visited database by database), the env configured with the policy's `Interface`;
+  (tasks are visited database by database), the env under the method's condition (``P@C``; ``full`` when none);
+  a placebo condition (``estimates: permuted``) first plays the cell once with true estimates, unlogged, to record
+  the payloads it permutes (`bapsql.env.placebo`);
+- records the run (methods, benchmark, the calibration file and its hash) in ``out_dir/sweep.json``;
 - the policy gets `oracle.policy_view(task)` (no gold) and, if scripted, the `OracleHint`;
 - writes every episode and its turns through `bapsql.logs.writer.TrajectoryWriter` into
   ``out_dir/episodes/method=M/budget=B/part-*.parquet`` and ``out_dir/turns/...``; episode ids are deterministic
@@ -69,7 +72,7 @@ def play_episode(env: Any, policy: Policy, task: Task, budget: Budget, seed: int
     its completion, and the info it decided from (the SFT exporter records turn pairs this way)."""
     observation, info = env.reset(task, budget, seed=seed)
     oracle = oracle_hint(task) if policy.needs_oracle else None
-    policy.reset(policy_view(task), budget, seed, PolicyOptions(policy.interface, oracle))
+    policy.reset(policy_view(task), budget, seed, PolicyOptions(env.options.condition, oracle))
     while not env.done:
         completion = policy.act(observation, info)
         if on_turn is not None:
@@ -115,6 +118,7 @@ class RunSummary:
     log_s: float  # time spent in the trajectory writer (buffering, validation, Parquet writes)
     play_s: float = 0.0  # time spent playing episodes (policy + env)
     files: tuple[Path, ...] = field(default_factory=tuple)
+    placebo_unmatched: int | None = None  # placebo requests the recording pass did not make (None: no placebo)
 
     @property
     def invalid_actions(self) -> int:
@@ -156,23 +160,62 @@ def _stats(level: str, rows: list[dict]) -> BudgetStats:
                        mean("turns"), sum(r["invalid_actions"] for r in rows), sum(bool(r["breach"]) for r in rows))
 
 
+def calibration_record(path: str | Path | None) -> dict:
+    """Which calibration file a run's episodes used: its path (None: the packaged default) and its SHA-256."""
+    from bapsql.data.benchmark import sha256_file
+    from bapsql.db.calibration import DEFAULT_PATH
+
+    p = Path(path) if path is not None else DEFAULT_PATH
+    return {"calibration": str(path) if path is not None else None, "calibration_file": str(p),
+            "calibration_sha256": sha256_file(p)}
+
+
+def record_placebo(env: Any, policy: Policy, tasks: Sequence[Task], levels: Sequence[Budget],
+                   seeds: Sequence[int]) -> Any:
+    """The placebo's recording pass (`bapsql.env.placebo`): play the cell with TRUE estimates shown (nothing is
+    logged) and return the `PlaceboPool` of the payloads it requested; ``env`` is restored afterwards."""
+    import dataclasses
+
+    from bapsql.env.placebo import PlaceboPool, payloads_from_turns
+
+    options = env.options
+    env.options = dataclasses.replace(options, condition=dataclasses.replace(options.condition, estimates="true"))
+    recorded = []
+    try:
+        for budget in levels:
+            for seed in seeds:
+                for task in tasks:
+                    play_episode(env, policy, task, budget, seed)
+                    recorded += payloads_from_turns(budget.level, task.task_id, seed, env.turn_records)
+    finally:
+        env.options = options
+    return PlaceboPool(recorded, seed=min(seeds) if seeds else 0)
+
+
 def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: Sequence[str | Budget],
              seeds: Iterable[int], out_dir: str | Path, *, run_name: str | None = None, limit: int | None = None,
-             interventions: tuple[str, ...] = (), console: Any = None, env_options: Any = None,
-             token_counter: Any = None) -> RunSummary:
-    """Run ``policy_name`` on ``split`` × ``budgets`` × ``seeds`` and log it (see the module docstring)."""
+             condition: str | None = None, console: Any = None, env_options: Any = None,
+             token_counter: Any = None, calibration: str | Path | None = None) -> RunSummary:
+    """Run ``policy_name`` (``P`` or ``P@C``) under its condition on ``split`` × ``budgets`` × ``seeds`` and log it
+    (see the module docstring). ``condition`` overrides the one in the name; ``calibration`` is a calibration JSON
+    (None: the packaged default), recorded with its hash in ``out_dir/sweep.json``."""
+    from bapsql.db.calibration import load_calibration
+    from bapsql.env.conditions import method_name, split_method
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
     from bapsql.logs.writer import TrajectoryWriter, episode_id, existing_episode_ids
     from bapsql.rollout.groups import EpisodeSpec, episode_rows, group_id
-    from bapsql.policies.registry import make_policy
+    from bapsql.rollout.sweep_record import update_sweep_record
+    from bapsql.policies.registry import canonical_name, make_policy
     from bapsql.tokens import load_token_counter
 
     t_start = time.perf_counter()
     announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     root = resolve_benchmark(benchmark_dir, announce=announce)
-    policy = make_policy(policy_name, interventions)
+    base, cond = split_method(canonical_name(policy_name))
+    method = method_name(base, condition or cond)
+    policy = make_policy(base)
     ladder = load_ladder()
     levels = tuple(b if isinstance(b, Budget) else ladder[b] for b in budgets)
     seeds = tuple(int(s) for s in seeds)
@@ -180,7 +223,10 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
     out = Path(out_dir)
     run = run_name or out.resolve().name
     counter = token_counter if token_counter is not None else load_token_counter("default")
-    options = policy.interface.env_options(env_options if env_options is not None else EnvOptions())
+    options = (env_options if env_options is not None else EnvOptions()).under(split_method(method)[1])
+    cal = load_calibration(calibration) if calibration is not None else None
+    update_sweep_record(out, {"run": run, "benchmark": str(root), "split": split, "methods": [method],
+                              **calibration_record(calibration)})
     done = existing_episode_ids(out)
     rows: dict[str, list[dict]] = {b.level: [] for b in levels}
     skipped, log_s, play_s = 0, 0.0, 0.0
@@ -192,26 +238,32 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
 
         progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                             TimeRemainingColumn(), console=console, transient=True)
-        bar = progress.add_task(policy.name, total=total)
+        bar = progress.add_task(method, total=total)
         progress.start()
     writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY)
     played: list[tuple] = []  # (episode id, level, seed, task, summary, turn records) not yet handed to the writer
 
     def log_played() -> None:  # in batches: the logging work runs hot, not interleaved with every episode
         for eid, level, seed, task, summary, records in played:
-            spec = EpisodeSpec(eid, run, policy.name, level, seed, 0, seed, task, group_id(task.task_id, level, seed))
+            spec = EpisodeSpec(eid, run, method, level, seed, 0, seed, task, group_id(task.task_id, level, seed))
             ep, turns = episode_rows(spec, summary, records)
             writer.add_episode(ep, turns)
             rows[level].append(ep)
         played.clear()
 
     try:
-        with DatabaseHandles(counter) as handles:
+        with DatabaseHandles(counter, calibration=cal) as handles:
             env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options)
+            if options.condition.estimates == "permuted":
+                if progress is not None:
+                    progress.update(bar, description=f"{method} (placebo: recording the true estimates)")
+                env.placebo = record_placebo(env, policy, tasks, levels, seeds)
+                if progress is not None:
+                    progress.update(bar, description=method)
             for budget in levels:
                 for seed in seeds:
                     for task in tasks:
-                        eid = episode_id(run, policy.name, budget.level, seed, task.task_id)
+                        eid = episode_id(run, method, budget.level, seed, task.task_id)
                         if eid in done:
                             skipped += 1
                         else:
@@ -235,10 +287,11 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         if progress is not None:
             progress.stop()
     result = RunSummary(
-        run=run, run_dir=out, method=policy.name, split=split, budgets=tuple(b.level for b in levels), seeds=seeds,
+        run=run, run_dir=out, method=method, split=split, budgets=tuple(b.level for b in levels), seeds=seeds,
         tasks=len(tasks), episodes_run=sum(len(v) for v in rows.values()), episodes_skipped=skipped,
         per_budget=tuple(_stats(b.level, rows[b.level]) for b in levels),
-        wall_s=time.perf_counter() - t_start, log_s=log_s, play_s=play_s, files=tuple(writer.files))
+        wall_s=time.perf_counter() - t_start, log_s=log_s, play_s=play_s, files=tuple(writer.files),
+        placebo_unmatched=env.placebo.unmatched if env.placebo is not None else None)
     if console is not None:
         console.print(summary_table(result))
     return result
