@@ -5,7 +5,8 @@ misspelled key, a missing key or a bad value raises `ConfigError` naming the key
 need the rest of the system: every method name is a known policy (`bapsql.policies.registry`) or a model policy
 ``model:<engine>`` whose engine is configured under ``engines`` (validated as `EngineConfig` s); every budget is a
 level of the ladder; seeds are distinct. Method names are canonicalized to their path-safe log form
-(``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite``, ``model:tiny`` → ``model.tiny``).
+``POLICY@CONDITION`` (``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite@full``, ``model:tiny@raw`` →
+``model.tiny@raw``; a method without a condition runs under ``full``, `bapsql.env.conditions`).
 
 An engine's ``model`` may be ``builtin:tiny``: the tiny Qwen-architecture model (`bapsql.rollout.tiny_model`,
 seed 0, 16,384 positions, a short next-token pretraining), built on first use into the cache dir (`resolve_model`).
@@ -17,7 +18,7 @@ Example (configs/experiments/smoke.yaml)::
     benchmark: demo
     split: dev
     limit: 8
-    methods: [workflow:estimate_rewrite, baseline:raw, "model:tiny"]
+    methods: [workflow:estimate_rewrite, scripted.drafter@raw, "model:tiny@full"]
     budgets: [XS, S]
     seeds: [0]
     engines:
@@ -116,14 +117,17 @@ class ExperimentConfig:
     ray: RayConfig = RayConfig()
     token_counter: str = "default"
     out_dir: str = "runs/{run}"
+    calibration: str | None = None  # estimator calibration JSON (`bapsql data calibrate`); None: the packaged one
 
     @property
     def model_methods(self) -> tuple[str, ...]:
         return tuple(m for m in self.methods if m.startswith(MODEL_PREFIX))
 
     def engine_of(self, method: str) -> str:
-        """The engine name of a model method (``model.tiny`` → ``tiny``)."""
-        return method[len(MODEL_PREFIX):]
+        """The engine name of a model method (``model.tiny@raw`` → ``tiny``)."""
+        from bapsql.env.conditions import split_method
+
+        return split_method(method)[0][len(MODEL_PREFIX):]
 
     @property
     def run_dir(self) -> Path:
@@ -138,17 +142,22 @@ class ExperimentConfig:
 
 
 def _canonical_method(name: str, engines: dict[str, Any], where: str) -> str:
-    from bapsql.policies.registry import canonical_name, make_policy
+    from bapsql.env.conditions import split_method
+    from bapsql.policies.registry import canonical_method, make_policy
 
-    canon = canonical_name(name)
-    if canon.startswith(MODEL_PREFIX):
-        engine = canon[len(MODEL_PREFIX):]
+    try:
+        canon = canonical_method(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    policy = split_method(canon)[0]
+    if policy.startswith(MODEL_PREFIX):
+        engine = policy[len(MODEL_PREFIX):]
         if engine not in engines:
             raise ConfigError(f"{where}: model policy {name!r} names engine {engine!r}, but engines has "
                               f"{sorted(engines) or 'none'}; add it under engines:")
         return canon
     try:
-        make_policy(canon)
+        make_policy(policy)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
     return canon
@@ -183,10 +192,21 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     need = max(ladder[b].context_tokens for b in cfg.budgets) + MODEL_LEN_MARGIN
     for m in methods:
         if m.startswith(MODEL_PREFIX):
-            ec = engines[m[len(MODEL_PREFIX):]]
+            name = cfg.engine_of(m)
+            ec = engines[name]
             if ec.max_model_len < need:
-                raise ConfigError(f"engines.{m[len(MODEL_PREFIX):]}.max_model_len: {ec.max_model_len} cannot hold the "
+                raise ConfigError(f"engines.{name}.max_model_len: {ec.max_model_len} cannot hold the "
                                   f"largest swept context budget; set it to at least {need}")
+    from bapsql.env.conditions import condition, split_method
+
+    for m in methods:
+        if condition(split_method(m)[1]).estimates == "permuted":
+            raise ConfigError(f"methods: {m} shows permuted estimates (the placebo), which needs a recording pass "
+                              "of the same cell; run it with `bapsql eval --condition shuffled_estimate` (sweeps do "
+                              "not support it yet)")
+    if cfg.calibration is not None and not Path(cfg.calibration).is_file():
+        raise ConfigError(f"calibration: {cfg.calibration} is not a file; fit one with `bapsql data calibrate "
+                          "--out FILE` or remove the key for the packaged calibration")
     if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds):
         raise ConfigError(f"seeds: must be a non-empty list of distinct integers, got {list(cfg.seeds)}")
     if cfg.samples_per_group < 1:

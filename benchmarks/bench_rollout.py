@@ -130,7 +130,7 @@ def scaling_and_overhead() -> None:
     from bapsql.rollout.runner import evaluate
     from bapsql.rollout.sweep import run_sweep
 
-    methods = ["workflow.estimate_rewrite", "baseline.raw"]
+    methods = ["workflow.estimate_rewrite", "scripted.drafter@raw"]
     work = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
     def inprocess(tag: str) -> float:
         t0 = time.perf_counter()

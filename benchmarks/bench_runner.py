@@ -24,8 +24,8 @@ from bapsql.policies.registry import policy_names
 from bapsql.rollout.runner import evaluate
 
 DEFAULT_POLICIES = ("workflow.direct_aggregation", "workflow.estimate_rewrite", "workflow.verify_answer",
-                    "workflow.restore_after_archive", "baseline.raw", "baseline.adaptive_posthoc",
-                    "workflow.estimate_rewrite+shuffled_estimate")
+                    "workflow.restore_after_archive", "scripted.drafter@raw", "scripted.drafter@adaptive_posthoc",
+                    "workflow.estimate_rewrite@shuffled_estimate")
 
 
 def main() -> None:

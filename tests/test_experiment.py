@@ -29,22 +29,23 @@ def _write(tmp_path, data) -> Path:
     return p
 
 
-BASE = {"run": "t", "methods": ["workflow:estimate_rewrite", "intervention:no_interface(workflow:drill_down)",
+BASE = {"run": "t", "methods": ["workflow:estimate_rewrite", "workflow:drill_down@no_interface",
                                 "model:tiny"],
         "engines": {"tiny": {"kind": "hf", "model": "builtin:tiny", "max_model_len": 12288}}}
 
 
 def test_methods_are_canonicalized_and_defaults_apply(tmp_path):
     cfg = load_experiment(_write(tmp_path, BASE))
-    assert cfg.methods == ("workflow.estimate_rewrite", "workflow.drill_down+no_interface", "model.tiny")
-    assert cfg.model_methods == ("model.tiny",) and cfg.engines["tiny"].kind == "hf"
+    assert cfg.methods == ("workflow.estimate_rewrite@full", "workflow.drill_down@no_interface", "model.tiny@full")
+    assert cfg.model_methods == ("model.tiny@full",) and cfg.engines["tiny"].kind == "hf"
+    assert cfg.engine_of("model.tiny@full") == "tiny"
     assert cfg.budgets == ("XS", "S", "M", "L") and cfg.seeds == (0, 1, 2) and cfg.samples_per_group == 1
     assert cfg.run_dir == Path("runs/t")
     assert load_experiment(_write(tmp_path, BASE), out_dir="x/{run}-2").run_dir == Path("x/t-2")
 
 
 @pytest.mark.parametrize("patch,where", [
-    ({"methdos": ["baseline:raw"]}, "methdos"),
+    ({"methdos": ["scripted.drafter@raw"]}, "methdos"),
     ({"workers": {"env_wrokers": 2}}, "workers"),
     ({"engines": {"tiny": {"kind": "hf", "model": "m", "max_model_len": 12288, "dtyp": "float32"}}}, "engines.tiny"),
     ({"budgets": ["XS", "XXL"]}, "budgets[1]"),
@@ -78,7 +79,7 @@ def test_to_dict_is_plain_data(tmp_path):
 
     d = load_experiment(_write(tmp_path, BASE)).to_dict()
     assert json.loads(json.dumps(d, default=str))["engines"]["tiny"]["kind"] == "hf"
-    assert isinstance(ExperimentConfig("r", ("baseline.raw",)).to_dict()["workers"], dict)
+    assert isinstance(ExperimentConfig("r", ("scripted.drafter@raw",)).to_dict()["workers"], dict)
 
 
 def test_resolve_model_passes_paths_through():

@@ -74,7 +74,8 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
     from bapsql.rollout.workers import EngineHost, EnvWorker, WriterHost
 
     w = cfg.workers
-    specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter},
+    specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter,
+                                                     "calibration": cfg.calibration},
                        num_cpus=w.env_worker_cpus) for i in range(n_workers)]
     keys: dict[str, list[tuple]] = {}
     for method, ec in engines.items():
@@ -184,8 +185,11 @@ def _close_writer(be: Any) -> None:
 
 
 def _write_record(path: Path, cfg: ExperimentConfig, s: SweepSummary) -> None:
+    from bapsql.rollout.runner import calibration_record
+
     r = s.result
-    record = {"config": cfg.to_dict(), "run_dir": str(s.run_dir), "tasks": s.tasks, "episodes_total": s.episodes_total,
+    record = {"config": cfg.to_dict(), **calibration_record(cfg.calibration), "methods": list(cfg.methods),
+              "run_dir": str(s.run_dir), "tasks": s.tasks, "episodes_total": s.episodes_total,
               "episodes_run": r.episodes_run, "episodes_skipped": r.episodes_skipped, "reruns": r.reruns,
               "restarts": r.restarts, "generated_tokens": r.generated_tokens, "wall_s": round(r.wall_s, 3),
               "setup_s": s.setup_s, "backend": s.backend, "env_workers": s.env_workers, "engines": s.engines,

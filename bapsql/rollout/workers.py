@@ -60,7 +60,7 @@ class EnvWorker:
 
     def __init__(self, index: int = 0, *, agents: Mapping[str, AgentConfig] | None = None,
                  token_counter: str = "default", env_options: Any = None, cache_dir: str | None = None,
-                 max_open: int = 16):
+                 max_open: int = 16, calibration: str | None = None):
         from bapsql.budgets import load_ladder
         from bapsql.env.records import EnvOptions
 
@@ -70,6 +70,11 @@ class EnvWorker:
         self.env_options = env_options if env_options is not None else EnvOptions()
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.max_open = max_open
+        self.calibration = None
+        if calibration is not None:
+            from bapsql.db.calibration import load_calibration
+
+            self.calibration = load_calibration(calibration)
         self.ladder = load_ladder()
         self._handles: dict[str, Any] = {}
         self._policies: dict[str, Any] = {}
@@ -86,7 +91,7 @@ class EnvWorker:
             from bapsql.tokens import load_token_counter
 
             self._handles[counter_spec] = DatabaseHandles(load_token_counter(counter_spec), cache_dir=self.cache_dir,
-                                                          max_open=self.max_open)
+                                                          max_open=self.max_open, calibration=self.calibration)
         return self._handles[counter_spec]
 
     def _new_env(self, counter_spec: str, options: Any):
@@ -94,6 +99,12 @@ class EnvWorker:
 
         handles = self._handles_for(counter_spec)
         return BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=options)
+
+    def options_for(self, method: str):
+        """The env options of a method ``P@C``: the worker's options under the method's condition."""
+        from bapsql.env.conditions import split_method
+
+        return self.env_options.under(split_method(method)[1])
 
     def is_model(self, method: str) -> bool:
         return method in self.agents
@@ -117,8 +128,7 @@ class EnvWorker:
             if spec.method not in self._policies:
                 policy = make_policy(spec.method)
                 self._policies[spec.method] = policy
-                self._envs[spec.method] = self._new_env(self.counter_spec,
-                                                        policy.interface.env_options(self.env_options))
+                self._envs[spec.method] = self._new_env(self.counter_spec, self.options_for(spec.method))
             policy, env = self._policies[spec.method], self._envs[spec.method]
             summary = play_episode(env, policy, spec.task, self.ladder[spec.level], spec.sample_seed)
             ep, turns = episode_rows(spec, summary, env.turn_records)
@@ -151,7 +161,7 @@ class EnvWorker:
             if not self.is_model(spec.method):
                 raise ConfigError(f"{spec.method} is not a model policy of this worker; known: {sorted(self.agents)}")
             cfg = self.agents[spec.method]
-            env = self._new_env(cfg.model_dir, self.env_options)
+            env = self._new_env(cfg.model_dir, self.options_for(spec.method))
             agent = ModelAgent(env, self._template(spec.method), cfg, episode_key=spec.episode_id,
                                seed=spec.sample_seed)
             agent.reset(spec.task, self.ladder[spec.level])

@@ -10,10 +10,11 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: [q_proj, ...]}
     data: {benchmark: demo | PATH, split: train, eval_split: dev}
     sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
-          8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp, interventions}
+          8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
-           interventions, sft_init: merged | none}
+           sft_init: merged | none}
+    condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
@@ -21,7 +22,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     sync: {tolerance, check_prompt_tokens, check_completion_tokens}
     checkpoint: {every: 10, keep: 3}
     monitor: {kind: wandb | none | memory, project}
-    eval: {enabled, budgets, seeds, limit}
+    eval: {enabled, budgets, seeds, limit, conditions: [] (default: the training condition)}
 
 ``rollout.engine`` is the engine helper's `EngineConfig` mapping (kind vllm | hf, ...) without the model path,
 which the training stage fills in (the SFT-merged model; the adapter is loaded by weight sync).
@@ -138,7 +139,6 @@ class SFTSection:
     num_workers: int = 1
     use_gpu: bool = False
     strategy: Literal["ddp", "fsdp"] = "ddp"
-    interventions: tuple[str, ...] = ()  # e.g. [no_planning] for the action-matched no-planning SFT
 
     def __post_init__(self) -> None:
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
@@ -163,7 +163,6 @@ class GRPOSection:
     warmup_steps: int = 0
     # Context-only RL: the loss covers only turns whose action is listed (null = every policy turn).
     trainable_actions: tuple[str, ...] | None = None
-    interventions: tuple[str, ...] = ()  # e.g. [no_planning]
     sft_init: Literal["merged", "none"] = "merged"
 
     def __post_init__(self) -> None:
@@ -240,6 +239,7 @@ class EvalSection:
     max_new_tokens: int = 256
     temperature: float = 0.0
     replicates: int = 1000  # bootstrap replicates of the analysis
+    conditions: tuple[str, ...] = ()  # conditions to evaluate under (empty: the training condition only)
 
 
 @dataclass(frozen=True)
@@ -262,9 +262,18 @@ class TrainConfig:
     checkpoint: CheckpointSection = CheckpointSection()
     monitor: MonitorSection = MonitorSection()
     eval: EvalSection = EvalSection()
+    condition: str = "full"  # the condition SFT export, GRPO rollouts and (by default) evaluation run under
     description: str = ""
 
     def __post_init__(self) -> None:
+        from bapsql.env.conditions import condition as condition_named
+
+        for where, name in (("condition", self.condition),
+                            *((f"eval.conditions[{i}]", c) for i, c in enumerate(self.eval.conditions))):
+            try:
+                condition_named(name)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from exc
         if not self.seeds:
             raise ConfigError("seeds: list at least one seed")
         if not self.name or "/" in self.name:

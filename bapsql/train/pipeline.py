@@ -115,7 +115,7 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
         export_sft(cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data, seed=seed,
-                   interventions=cfg.sft.interventions, max_length=cfg.sft.max_length, tokenizer_dir=base)
+                   condition=cfg.condition, max_length=cfg.sft.max_length, tokenizer_dir=base)
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -143,20 +143,6 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
-def env_options_for(interventions: tuple[str, ...]) -> Any:
-    """The env options of the policy's interface after ``interventions`` (e.g. ``no_planning``)."""
-    from bapsql.env.records import EnvOptions
-    from bapsql.policies.base import Interface
-    from bapsql.policies.interventions import INTERVENTIONS
-
-    interface = Interface()
-    for name in interventions:
-        if name not in INTERVENTIONS:
-            raise ConfigError(f"grpo.interventions: unknown intervention {name!r}; known: {sorted(INTERVENTIONS)}")
-        interface = INTERVENTIONS[name].transform(interface)
-    return interface.env_options(EnvOptions())
-
-
 def engine_config(cfg: TrainConfig, model: Path, *, lora: bool) -> Any:
     """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``)."""
     from bapsql.rollout.engines.base import load_engine_config
@@ -176,6 +162,8 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool) -> Any:
 def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
                    updates: int | None = None) -> GRPOResult:
     """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it)."""
+    from bapsql.env.conditions import method_name
+    from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import make_monitor
     from bapsql.policies.chat import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
@@ -217,9 +205,9 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
                         top_p=cfg.grpo.top_p)
     n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
     rollouts = TrainingRollouts(
-        backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=r.method, agent=agent,
+        backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=method_name(r.method, cfg.condition), agent=agent,
         engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
-        env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=env_options_for(cfg.grpo.interventions),
+        env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=EnvOptions().under(cfg.condition),
         writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
         engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus)
@@ -273,7 +261,8 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     engines = {name: engine_config(cfg, path, lora=False) for name, path in models.items()}
     r = cfg.rollout
     exp = validate(ExperimentConfig(
-        run=f"{cfg.name}-seed{seed}-eval", methods=tuple(f"model:{n}" for n in models), benchmark=cfg.data.benchmark,
+        run=f"{cfg.name}-seed{seed}-eval", benchmark=cfg.data.benchmark,
+        methods=tuple(f"model:{n}@{c}" for n in models for c in (cfg.eval.conditions or (cfg.condition,))),
         split=cfg.data.eval_split, limit=cfg.eval.limit, budgets=cfg.eval.budgets, seeds=cfg.eval.seeds,
         engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,

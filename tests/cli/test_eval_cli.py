@@ -22,21 +22,21 @@ def bench(tmp_path_factory):
 def test_policies_lists_every_name():
     res = CliRunner().invoke(cli, ["policies"])
     assert res.exit_code == 0
-    for name in ("workflow.estimate_rewrite", "baseline.raw", "baseline.dashboard", "baseline.adaptive_posthoc",
+    for name in ("workflow.estimate_rewrite", "scripted.drafter@raw", "scripted.drafter@dashboard", "scripted.drafter@adaptive_posthoc",
                  "shuffled_estimate", "no_interface", "deterministic_rewrite"):
         assert name in res.output
 
 
 def test_eval_writes_parquet_and_prints_a_table(bench, tmp_path):
     out = tmp_path / "run"
-    res = CliRunner().invoke(cli, ["eval", "--benchmark", str(bench), "--split", "dev", "--policy", "baseline.raw",
+    res = CliRunner().invoke(cli, ["eval", "--benchmark", str(bench), "--split", "dev", "--policy", "scripted.drafter@raw",
                                    "--budgets", "XS,S", "--seeds", "0,1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "24 episodes logged" in res.output
     assert list(out.glob("episodes/**/*.parquet")) and list(out.glob("turns/**/*.parquet"))
     eps = read_episodes(out)
-    assert len(eps) == 24 and set(eps["method"]) == {"baseline.raw"}
-    again = CliRunner().invoke(cli, ["eval", "--benchmark", str(bench), "--split", "dev", "--policy", "baseline.raw",
+    assert len(eps) == 24 and set(eps["method"]) == {"scripted.drafter@raw"}
+    again = CliRunner().invoke(cli, ["eval", "--benchmark", str(bench), "--split", "dev", "--policy", "scripted.drafter@raw",
                                      "--budgets", "XS,S", "--seeds", "0,1", "--out", str(out)])
     assert again.exit_code == 0 and "(24 already there)" in again.output
 
@@ -46,7 +46,7 @@ def test_eval_with_intervention_option(bench, tmp_path):
                                    "--intervention", "shuffled_estimate", "--budgets", "XS", "--out",
                                    str(tmp_path / "r"), "--limit", "2"])
     assert res.exit_code == 0, res.output
-    assert set(read_episodes(tmp_path / "r")["method"]) == {"workflow.estimate_rewrite+shuffled_estimate"}
+    assert set(read_episodes(tmp_path / "r")["method"]) == {"workflow.estimate_rewrite@shuffled_estimate"}
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -56,7 +56,7 @@ def test_eval_with_intervention_option(bench, tmp_path):
     (["--split", "nosuch"], "unknown split"),
 ])
 def test_bad_input_is_one_clear_line(bench, tmp_path, args, needle):
-    base = {"--benchmark": str(bench), "--policy": "baseline.raw", "--out": str(tmp_path / "x")}
+    base = {"--benchmark": str(bench), "--policy": "scripted.drafter@raw", "--out": str(tmp_path / "x")}
     for k, v in zip(args[::2], args[1::2]):
         base[k] = v
     res = CliRunner().invoke(cli, ["eval", *[x for kv in base.items() for x in kv]])
@@ -65,7 +65,7 @@ def test_bad_input_is_one_clear_line(bench, tmp_path, args, needle):
 
 
 def test_missing_benchmark_folder(tmp_path):
-    res = CliRunner().invoke(cli, ["eval", "--benchmark", str(tmp_path / "none"), "--policy", "baseline.raw",
+    res = CliRunner().invoke(cli, ["eval", "--benchmark", str(tmp_path / "none"), "--policy", "scripted.drafter@raw",
                                    "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "is not a folder" in res.output
 

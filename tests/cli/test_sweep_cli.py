@@ -19,7 +19,7 @@ def config(tmp_path_factory):
     bench = build_rollout_bench(root / "bench")
     path = root / "exp.yaml"
     path.write_text(yaml.safe_dump({"run": "cli", "benchmark": str(bench), "split": "dev",
-                                    "methods": ["workflow:estimate_rewrite", "baseline:raw"], "budgets": ["XS"],
+                                    "methods": ["workflow:estimate_rewrite", "scripted.drafter@raw"], "budgets": ["XS"],
                                     "seeds": [0], "limit": 4, "workers": {"env_workers": 2}}))
     return path
 
@@ -31,7 +31,7 @@ def test_sweep_runs_logs_and_resumes(config, tmp_path):
     assert res.exit_code == 0, res.output
     assert "8 episodes logged" in res.output and "bapsql analyze" in res.output
     eps = read_episodes(out)
-    assert len(eps) == 8 and set(eps["method"]) == {"workflow.estimate_rewrite", "baseline.raw"}
+    assert len(eps) == 8 and set(eps["method"]) == {"workflow.estimate_rewrite", "scripted.drafter@raw"}
     assert json.loads((out / "sweep.json").read_text())["episodes_run"] == 8
     again = runner.invoke(cli, ["sweep", str(config), "--out", str(out), "--local"])
     assert again.exit_code == 0 and "0 episodes logged" in again.output and "8 already there" in again.output
@@ -43,7 +43,7 @@ def test_sweep_errors_are_one_line(config, tmp_path):
     res = runner.invoke(cli, ["sweep", str(tmp_path / "missing.yaml")])
     assert res.exit_code == 2 and "is not a file" in res.output and "Traceback" not in res.output
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"run": "x", "methods": ["baseline:raw"], "seedz": [0]}))
+    bad.write_text(yaml.safe_dump({"run": "x", "methods": ["scripted.drafter@raw"], "seedz": [0]}))
     res = runner.invoke(cli, ["sweep", str(bad), "--local"])
     assert res.exit_code == 1 and "seedz" in res.output and "Traceback" not in res.output
     res = runner.invoke(cli, ["sweep", str(config), "--local", "--address", "auto"])

@@ -16,7 +16,8 @@ def episode_row(run: str, method: str, budget: str, seed: int, task: int, *, sam
     correct, feasible = rng.random() < 0.5, rng.random() < 0.9
     row = {
         "run": run, "episode_id": episode_id(run, method, budget, seed, f"t{task}", sample),
-        "group_id": f"t{task}/{budget}", "sample": sample, "method": method, "budget": budget, "seed": seed,
+        "group_id": f"t{task}/{budget}", "sample": sample, "method": method,
+        "condition": method.partition("@")[2] or None, "budget": budget, "seed": seed,
         "task_id": f"t{task}", "db_id": f"db{task % 3}",
         "answer": json.dumps({"kind": "scalar", "values": [rng.randrange(10)]}),
         "gold": json.dumps({"kind": "scalar", "values": [3]}),
@@ -43,6 +44,7 @@ def turn_rows(episode: dict, n: int | None = None, *, nulls: bool = False) -> li
     for t in range(episode["turns"] if n is None else n):
         rows.append({
             "run": episode["run"], "episode_id": episode["episode_id"], "method": episode["method"],
+            "condition": episode["condition"],
             "budget": episode["budget"], "seed": episode["seed"], "task_id": episode["task_id"],
             "db_id": episode["db_id"], "turn": t, "action": rng.choice(ACTIONS), "valid": True,
             "sql": "SELECT COUNT(*) FROM singer", "status": "ok", "warning": rng.random() < 0.3,

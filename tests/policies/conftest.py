@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bapsql.budgets import load_ladder
+from bapsql.env.conditions import split_method
 from bapsql.env.episode import BudgetedSQLEnv
 from bapsql.env.handles import DatabaseHandles
 from bapsql.env.records import EnvOptions
@@ -58,11 +59,17 @@ class Played:
 
 @pytest.fixture(scope="session")
 def play(handles, counter, ladder):
-    def run(policy, task, level="M", seed=0, **env_options) -> Played:
-        policy = make_policy(policy) if isinstance(policy, str) else policy
+    def run(policy, task, level="M", seed=0, condition=None, **env_options) -> Played:
+        """Play ``policy`` (a name ``P`` or ``P@C``, or a policy) under ``condition`` (name or `Condition`;
+        default: the name's condition, else full)."""
+        cond = condition
+        if isinstance(policy, str):
+            name, in_name = split_method(policy)
+            cond = cond if cond is not None else in_name
+            policy = make_policy(name)
         budget = level if not isinstance(level, str) else ladder[level]
         env = BudgetedSQLEnv(token_counter=counter, handles=handles,
-                             options=policy.interface.env_options(EnvOptions(**env_options)))
+                             options=EnvOptions(**env_options).under(cond or "full"))
         completions, infos, messages = [], [], []
 
         def on_turn(msgs, text, info):

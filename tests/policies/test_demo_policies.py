@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bapsql.budgets import LEVELS
-from bapsql.policies.interventions import INTERVENTIONS
+from bapsql.env.conditions import CONDITIONS
 from bapsql.policies.registry import policy_names
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,9 @@ def demo_tasks(tmp_path_factory):
     mp.undo()
 
 
-NAMES = [*policy_names(), *(f"workflow.estimate_rewrite+{iv}" for iv in INTERVENTIONS),
-         "baseline.raw+shuffled_estimate", "workflow.recover_after_rejection+no_abstention"]
+NAMES = [*policy_names(), *(f"workflow.estimate_rewrite@{c}" for c in CONDITIONS if c != "shuffled_estimate"),
+         *(f"scripted.drafter@{c}" for c in CONDITIONS if c != "shuffled_estimate"),
+         "workflow.recover_after_rejection@no_abstention"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -14,7 +14,7 @@ def template():
 
 
 @pytest.mark.parametrize("workflow,level", [("workflow.estimate_rewrite", "XS"), ("workflow.verify_answer", "L"),
-                                            ("workflow.restore_after_archive", "M"), ("baseline.raw", "S")])
+                                            ("workflow.restore_after_archive", "M"), ("scripted.drafter@raw", "S")])
 def test_rendered_prompt_is_the_live_context_the_env_charges(play, mini_tasks, template, workflow, level):
     got = play(workflow, mini_tasks["shop-00"], level)
     records = got.env.turn_records

@@ -59,7 +59,7 @@ def test_export_stops_when_no_new_pairs_exist(minibench, tmp_path):
 
 
 def test_no_planning_set_has_no_estimates_or_rewrites(minibench, tmp_path):
-    res = export_sft(minibench, "train", 40, tmp_path / "np.parquet", interventions=("no_planning",))
+    res = export_sft(minibench, "train", 40, tmp_path / "np.parquet", condition="no_planning")
     rows = pq.read_table(res.path).to_pylist()
     assert rows and all("estimate_query" not in r["completion"] and "rewrite_query" not in r["completion"]
                         for r in rows)

@@ -9,8 +9,8 @@ import pytest
 
 from bapsql.budgets import Budget
 from bapsql.env.actions import parse_action
-from bapsql.policies.base import Interface, shown_value
-from bapsql.policies.interventions import Intervened, Intervention
+from bapsql.policies.base import shown_value
+from bapsql.env.conditions import Condition
 from bapsql.policies.registry import WORKFLOW_NAMES, make_policy
 
 LEVELS = ("XS", "S", "M", "L")
@@ -102,9 +102,8 @@ def test_recover_after_rejection_rewrites_after_a_truncated_draft(play, mini_tas
 
 @pytest.mark.parametrize("workflow", WORKFLOW_NAMES)
 def test_workflows_only_call_offered_tools(play, mini_tasks, workflow):
-    bare = Intervention("bare", "execute and answer only",
-                        lambda i: Interface(show_dashboard=True, allowed_actions=("execute_query", "answer")))
-    policy = Intervened(make_policy(workflow), bare)
+    bare = Condition(name="bare", actions=("execute_query", "answer"), estimates="none", preflight="words")
+    policy = make_policy(workflow)
     for level in LEVELS:
-        got = play(policy, mini_tasks["shop-00"], level)
+        got = play(policy, mini_tasks["shop-00"], level, condition=bare)
         assert set(got.actions) <= {"execute_query", "answer"} and got.summary.invalid_actions == 0

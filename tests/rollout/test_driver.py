@@ -18,7 +18,7 @@ from bapsql.rollout.runner import load_tasks
 from bapsql.rollout.workers import EnvWorker, WriterHost
 from tests.rollout.rollout_bench import build_rollout_bench
 
-METHODS = ["workflow.estimate_rewrite", "baseline.raw"]
+METHODS = ["workflow.estimate_rewrite", "scripted.drafter@raw"]
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,7 @@ def _model_backend(run_dir, tasks, *, n=2, replicas=1, cls=Recording, **kw):
 
 
 def test_model_and_scripted_episodes_share_a_sweep_and_generation_is_batched(tasks, tmp_path):
-    specs = GroupSampler("d", samples_per_group=2).sweep(["model.plan", "baseline.raw"], tasks, ["M"], [0])
+    specs = GroupSampler("d", samples_per_group=2).sweep(["model.plan", "scripted.drafter@raw"], tasks, ["M"], [0])
     be, engines = _model_backend(tmp_path, tasks, replicas=2)
     result = Driver(be, 2, engines=engines, config=DriverConfig(in_flight=16)).run(specs, collect=True)
     steps = [s for k in engines["model.plan"] for s in be.actors[k].engine.steps]  # (admitted, decoding) per call
@@ -236,7 +236,7 @@ def test_model_and_scripted_episodes_share_a_sweep_and_generation_is_batched(tas
     assert result.engine_calls == len(sizes) and result.generated_tokens > 0
     model_trajs = [t for t in result.trajectories if t.spec.method == "model.plan"]
     assert all(t.segments and t.segments[0].logprobs is not None for t in model_trajs)
-    assert all(t.segments == () for t in result.trajectories if t.spec.method == "baseline.raw")
+    assert all(t.segments == () for t in result.trajectories if t.spec.method == "scripted.drafter@raw")
 
 
 def test_killed_engine_and_env_worker_rerun_model_episodes_exactly_once(tasks, tmp_path):

@@ -31,8 +31,8 @@ def test_a_group_has_g_trajectories_with_their_own_seeds_and_one_group_id():
 
 def test_ids_are_the_writer_ids_and_sample_zero_replays_the_group_seed():
     """With one sample per group, ids and policy seeds equal the in-process runner's: the two paths interoperate."""
-    (spec,) = GroupSampler("r", samples_per_group=1).group("baseline.raw", Prompt(TASKS[1], "S", 2))
-    assert spec.episode_id == episode_id("r", "baseline.raw", "S", 2, TASKS[1].task_id)
+    (spec,) = GroupSampler("r", samples_per_group=1).group("scripted.drafter@raw", Prompt(TASKS[1], "S", 2))
+    assert spec.episode_id == episode_id("r", "scripted.drafter@raw", "S", 2, TASKS[1].task_id)
     assert spec.sample_seed == 2
 
 

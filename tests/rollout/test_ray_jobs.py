@@ -82,7 +82,7 @@ def test_a_small_sweep_submitted_as_a_ray_job_succeeds_and_logs_every_episode(he
     bench = build_rollout_bench(tmp_path / "bench")
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({
-        "run": "job", "benchmark": str(bench), "split": "dev", "methods": ["workflow:estimate_rewrite", "baseline:raw"],
+        "run": "job", "benchmark": str(bench), "split": "dev", "methods": ["workflow:estimate_rewrite", "scripted.drafter@raw"],
         "budgets": ["XS", "S"], "seeds": [0],
         "workers": {"env_workers": 2, "env_worker_cpus": 0.5, "in_flight": 16}}))
     runtime_env = tmp_path / "runtime_env.yaml"

@@ -44,7 +44,7 @@ def test_a_sweep_with_a_killed_env_worker_and_engine_actor_writes_every_episode_
     from bapsql.rollout.sweep import run_sweep
 
     engine = EngineConfig(kind="hf", model=str(tiny_model), max_model_len=12288, num_threads=1)
-    cfg = _config(bench, ["workflow.estimate_rewrite", "baseline.raw", "model:tiny"], engines={"tiny": engine},
+    cfg = _config(bench, ["workflow.estimate_rewrite", "scripted.drafter@raw", "model:tiny"], engines={"tiny": engine},
                   budgets=("XS",))
     kills = []
 
@@ -72,7 +72,7 @@ def test_a_sweep_with_a_killed_env_worker_and_engine_actor_writes_every_episode_
 def test_an_interrupted_sweep_resumes_without_duplicates(local_ray, bench, tmp_path):
     from bapsql.rollout.sweep import run_sweep
 
-    cfg = _config(bench, ["workflow.direct_aggregation", "baseline.dashboard"], scripted_batch=1, in_flight=4)
+    cfg = _config(bench, ["workflow.direct_aggregation", "scripted.drafter@dashboard"], scripted_batch=1, in_flight=4)
 
     class Interrupted(Exception):
         pass

@@ -36,7 +36,7 @@ def three_seed_run(bench, tmp_path_factory):
 def test_episodes_and_turns_are_logged(three_seed_run):
     out, summary = three_seed_run
     assert summary.episodes_run == 2 * 3 * 6 and summary.episodes_skipped == 0
-    assert list((out / "episodes").glob("method=workflow.estimate_rewrite/budget=*/part-*.parquet"))
+    assert list((out / "episodes").glob("method=workflow.estimate_rewrite@full/budget=*/part-*.parquet"))
     eps, turns = read_episodes(out), read_turns(out)
     assert len(eps) == 36 and set(eps["budget"]) == {"XS", "S"} and set(eps["seed"]) == {0, 1, 2}
     for col in ("method", "budget", "seed", "task_id", "db_id", "correct", "feasible", "success", "total_tokens",
@@ -67,7 +67,7 @@ def test_duckdb_reads_a_three_seed_run(three_seed_run):
         "hive_partitioning=1) GROUP BY budget, seed ORDER BY budget, seed").fetchall()
     assert [(b, s, n) for b, s, n, _ in rows] == [(b, s, 6) for b in ("S", "XS") for s in (0, 1, 2)]
     n_turns = duckdb.sql(f"SELECT count(*) FROM read_parquet('{out}/turns/**/*.parquet', hive_partitioning=1) "
-                         "WHERE method = 'workflow.estimate_rewrite'").fetchall()[0][0]
+                         "WHERE method = 'workflow.estimate_rewrite@full'").fetchall()[0][0]
     assert n_turns == len(read_turns(out))
 
 
@@ -81,18 +81,20 @@ def test_rerun_skips_logged_episodes_and_extends(three_seed_run, bench):
 
 
 def test_runs_are_deterministic_per_seed(bench, tmp_path):
-    a = evaluate(bench, "dev", "baseline.raw", ["S"], [0, 1], tmp_path / "a", run_name="same", limit=4)
-    evaluate(bench, "dev", "baseline.raw", ["S"], [0, 1], tmp_path / "b", run_name="same", limit=4)
+    a = evaluate(bench, "dev", "scripted.drafter@raw", ["S"], [0, 1], tmp_path / "a", run_name="same", limit=4)
+    evaluate(bench, "dev", "scripted.drafter@raw", ["S"], [0, 1], tmp_path / "b", run_name="same", limit=4)
     cols = ["episode_id", "success", "total_tokens", "queries", "answer"]
     ea = read_episodes(tmp_path / "a")[cols].sort_values("episode_id").reset_index(drop=True)
     eb = read_episodes(tmp_path / "b")[cols].sort_values("episode_id").reset_index(drop=True)
     assert ea.equals(eb) and a.tasks == 4
 
 
-def test_interventions_are_logged_under_their_own_method(bench, tmp_path):
-    s = evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS"], [0], tmp_path, interventions=("no_interface",))
-    assert s.method == "workflow.estimate_rewrite+no_interface"
-    assert set(read_episodes(tmp_path)["method"]) == {"workflow.estimate_rewrite+no_interface"}
+def test_conditions_are_logged_under_their_own_method(bench, tmp_path):
+    s = evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS"], [0], tmp_path, condition="no_interface")
+    assert s.method == "workflow.estimate_rewrite@no_interface"
+    eps = read_episodes(tmp_path)
+    assert set(eps["method"]) == {"workflow.estimate_rewrite@no_interface"}
+    assert set(eps["condition"]) == {"no_interface"}
     assert "estimate_query" not in set(read_turns(tmp_path)["action"])
 
 

@@ -33,7 +33,7 @@ def worker():
 
 def test_scripted_episodes_in_a_worker_equal_the_in_process_runner(bench, tasks, worker, tmp_path):
     """Same ids, same outcomes, same turns: the worker plays exactly what `bapsql eval` plays."""
-    specs = GroupSampler("r", samples_per_group=1).sweep(["workflow.estimate_rewrite"], tasks[:4], ["XS", "M"], [1])
+    specs = GroupSampler("r", samples_per_group=1).sweep(["workflow.estimate_rewrite@full"], tasks[:4], ["XS", "M"], [1])
     trajs = worker.run_scripted(specs)
     assert [t.episode_id for t in trajs] == [s.episode_id for s in specs]
     evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS", "M"], [1], tmp_path / "r", run_name="r", limit=4)
@@ -50,7 +50,7 @@ def test_scripted_episodes_in_a_worker_equal_the_in_process_runner(bench, tasks,
 
 
 def test_worker_keeps_database_handles_warm(worker, tasks):
-    specs = GroupSampler("warm", samples_per_group=2).sweep(["baseline.raw"], tasks, ["S"], [0])
+    specs = GroupSampler("warm", samples_per_group=2).sweep(["scripted.drafter@raw"], tasks, ["S"], [0])
     worker.run_scripted(specs)
     stats = worker.ping()
     assert stats.open_databases == len({t.db_id for t in tasks}) == 2  # one handle per database, reused
@@ -60,7 +60,7 @@ def test_worker_keeps_database_handles_warm(worker, tasks):
 def test_model_calls_on_unknown_ids_come_back_lost_and_scripted_specs_are_refused(worker, tasks):
     assert worker.step([("nope", object())]) == [Lost("nope")]
     assert worker.abort(["nope"]) == 0
-    spec = GroupSampler("r").group("baseline.raw", Prompt(tasks[0], "XS", 0))[0]
+    spec = GroupSampler("r").group("scripted.drafter@raw", Prompt(tasks[0], "XS", 0))[0]
     with pytest.raises(ConfigError):
         worker.start([spec])
     model_spec = GroupSampler("r").group("model.tiny", Prompt(tasks[0], "XS", 0))[0]
@@ -71,7 +71,7 @@ def test_model_calls_on_unknown_ids_come_back_lost_and_scripted_specs_are_refuse
 
 
 def _items(worker, tasks, run="w", n=3):
-    specs = GroupSampler(run, samples_per_group=1).sweep(["baseline.dashboard"], tasks[:n], ["S"], [0])
+    specs = GroupSampler(run, samples_per_group=1).sweep(["scripted.drafter@dashboard"], tasks[:n], ["S"], [0])
     return [(t.episode, t.turns) for t in worker.run_scripted(specs)]
 
 

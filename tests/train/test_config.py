@@ -24,11 +24,10 @@ def test_every_recipe_loads_with_the_paper_settings():
         assert cfg.grpo.loss.kl_coef == 0.0 and cfg.budgets.levels == ("XS", "S", "M", "L")
     assert names["ablation_sql_rl"].reward.variant == "correctness"
     assert names["ablation_no_efficiency"].reward.variant == "no_efficiency"
-    assert names["ablation_no_planning"].grpo.interventions == ("no_planning",)
-    assert names["ablation_no_planning"].sft.interventions == ("no_planning",)
+    assert names["ablation_no_planning"].condition == "no_planning"
     assert names["ablation_no_planning_sql_rl"].reward.variant == "correctness"
     assert names["ablation_context_only"].grpo.trainable_actions == ("manage_evidence",)
-    assert names["main_4b"].reward.variant == "full" and names["main_4b"].grpo.interventions == ()
+    assert names["main_4b"].reward.variant == "full" and names["main_4b"].condition == "full"
     assert names["main_7b"].model.base != names["main_4b"].model.base != names["sql_transfer_4b"].model.base
     assert len({c.name for c in names.values()}) == len(names)
 

@@ -1,19 +1,24 @@
-"""Pipeline helpers: the interface an intervention gives the policy, and the engine config rollouts serve."""
+"""Pipeline config: the condition a recipe trains and evaluates under, and the engine config rollouts serve."""
 
 import pytest
 
 from bapsql.errors import ConfigError
 from bapsql.train.config import ModelSection, RolloutSection, TrainConfig
-from bapsql.train.pipeline import engine_config, env_options_for
+from bapsql.train.pipeline import engine_config
 
 
-def test_no_planning_removes_estimates_and_rewrite_only():
-    full = env_options_for(())
-    nop = env_options_for(("no_planning",))
-    assert set(full.allowed_actions) - set(nop.allowed_actions) == {"estimate_query", "rewrite_query"}
-    assert nop.show_dashboard == full.show_dashboard
-    with pytest.raises(ConfigError, match="unknown intervention"):
-        env_options_for(("no_such_thing",))
+def test_recipes_name_their_condition_and_unknown_ones_are_refused(tmp_path):
+    from bapsql.env.records import EnvOptions
+    from bapsql.train.config import EvalSection
+
+    nop = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), condition="no_planning")
+    full, planless = EnvOptions().under("full"), EnvOptions().under(nop.condition)
+    assert set(full.allowed_actions) - set(planless.allowed_actions) == {"estimate_query", "rewrite_query"}
+    assert planless.show_dashboard == full.show_dashboard and planless.condition.preflight == "words"
+    with pytest.raises(ConfigError, match="condition: unknown condition 'no_such'"):
+        TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), condition="no_such")
+    with pytest.raises(ConfigError, match=r"eval.conditions\[1\]"):
+        TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), eval=EvalSection(conditions=("full", "nope")))
 
 
 def test_engine_config_fits_the_largest_budget_and_enables_lora(tmp_path):
