@@ -240,6 +240,7 @@ class EvalSection:
     max_new_tokens: int = 256
     temperature: float = 0.0
     replicates: int = 1000  # bootstrap replicates of the analysis
+    reference: str | None = "sft"  # the evaluated policy (sft / grpo) the report compares the other against
 
 
 @dataclass(frozen=True)
