@@ -4,9 +4,11 @@
 misspelled key, a missing key or a bad value raises `ConfigError` naming the key path) and checks the parts that
 need the rest of the system: every method name is a known policy (`bapsql.policies.registry`) or a model policy
 ``model:<engine>`` whose engine is configured under ``engines`` (validated as `EngineConfig` s); every budget is a
-level of the ladder; seeds are distinct. Method names are canonicalized to their path-safe log form
-``POLICY@CONDITION`` (``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite@full``, ``model:tiny@raw`` →
-``model.tiny@raw``; a method without a condition runs under ``full``, `bapsql.env.conditions`).
+level of the ladder; seeds are distinct; ``reference`` (optional) is one of the methods: the one the
+analysis compares the others against (primary gates, Table 4 deltas, transitions; without it those are left
+out). Method names are canonicalized to their path-safe log form ``POLICY@CONDITION``
+(``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite@full``, ``model:tiny@raw`` → ``model.tiny@raw``;
+a method without a condition runs under ``full``, `bapsql.env.conditions`).
 
 An engine's ``model`` may be ``builtin:tiny``: the tiny Qwen-architecture model (`bapsql.rollout.tiny_model`,
 seed 0, 16,384 positions, a short next-token pretraining), built on first use into the cache dir (`resolve_model`).
@@ -118,6 +120,7 @@ class ExperimentConfig:
     token_counter: str = "default"
     out_dir: str = "runs/{run}"
     calibration: str | None = None  # estimator calibration JSON (`bapsql data calibrate`); None: the packaged one
+    reference: str | None = None  # the analysis's reference method (one of methods); None: no reference sections
 
     @property
     def model_methods(self) -> tuple[str, ...]:
@@ -183,6 +186,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     methods = tuple(_canonical_method(m, engines, f"methods[{i}]") for i, m in enumerate(cfg.methods))
     if len(set(methods)) != len(methods):
         raise ConfigError(f"methods: duplicates after canonicalization: {list(methods)}")
+    reference = None if cfg.reference is None else _canonical_method(cfg.reference, engines, "reference")
+    if reference is not None and reference not in methods:
+        raise ConfigError(f"reference: {cfg.reference!r} is not one of the methods {list(methods)}")
     ladder = load_ladder()
     for i, b in enumerate(cfg.budgets):
         if b not in ladder.levels:
@@ -213,7 +219,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise ConfigError(f"samples_per_group: must be at least 1, got {cfg.samples_per_group}")
     if cfg.limit is not None and cfg.limit < 1:
         raise ConfigError(f"limit: must be at least 1 (or null for every task), got {cfg.limit}")
-    return dataclasses.replace(cfg, methods=methods, engines=engines)
+    return dataclasses.replace(cfg, methods=methods, engines=engines, reference=reference)
 
 
 def load_experiment(path: str | Path, **overrides: Any) -> ExperimentConfig:

@@ -77,7 +77,7 @@ def main(config: str, out_dir: str, limit: int | None, engine: str, replicates: 
         summary = run_sweep(cfg, out_dir=out_dir, console=console)
         report = Path(out_dir) / "report"
         console.print(f"analysing {summary.run_dir} ...")
-        analysis = analyze_runs([summary.run_dir], report, replicates=replicates)
+        analysis = analyze_runs([summary.run_dir], report, reference=cfg.reference, replicates=replicates)
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{summary.result.episodes_run} episodes run ({summary.result.episodes_skipped} already logged), "

@@ -42,6 +42,9 @@ def test_methods_are_canonicalized_and_defaults_apply(tmp_path):
     assert cfg.budgets == ("XS", "S", "M", "L") and cfg.seeds == (0, 1, 2) and cfg.samples_per_group == 1
     assert cfg.run_dir == Path("runs/t")
     assert load_experiment(_write(tmp_path, BASE), out_dir="x/{run}-2").run_dir == Path("x/t-2")
+    assert cfg.reference is None  # the analysis compares against nothing unless told
+    named = load_experiment(_write(tmp_path, {**BASE, "reference": "workflow:estimate_rewrite"}))
+    assert named.reference == "workflow.estimate_rewrite"  # canonicalized like the methods
 
 
 @pytest.mark.parametrize("patch,where", [
@@ -58,6 +61,8 @@ def test_methods_are_canonicalized_and_defaults_apply(tmp_path):
     ({"samples_per_group": 0}, "samples_per_group"),
     ({"limit": 0}, "limit"),
     ({"run": "a/b"}, "run"),
+    ({"reference": "baseline:raw"}, "reference"),
+    ({"reference": "workflow:nope"}, "reference"),
 ])
 def test_bad_configs_name_the_key(tmp_path, patch, where):
     with pytest.raises(ConfigError, match=re.escape(where)):

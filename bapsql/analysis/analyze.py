@@ -5,8 +5,15 @@ contract: ``methods[<method>]["success"][<level>]`` (percent) and ``methods[<met
 null), next to every other computed quantity (comparisons, primary gates, transitions, diagnostics, notes).
 
 Pairs: every unordered pair of methods is compared at every level; a pair that includes the reference is oriented
-``other − reference``, any other pair ``first − second`` in alphabetical order. The reference defaults to the
-alphabetically first method whose name contains "sft" (case-insensitive), else the first method alphabetically.
+``other − reference``, any other pair ``first − second`` in alphabetical order. The reference is the method named by
+the caller (``bapsql analyze --reference METHOD``, an experiment config's ``reference:``, a training recipe's
+``eval.reference``); nothing is guessed from names or order. Without one, the reference-based sections (primary
+gates, Table 4 deltas, transitions) are left out and the notes say so.
+
+Methods are ``POLICY@CONDITION`` labels when the logs know the condition (`bapsql.analysis.load.apply_conditions`);
+``Summary.conditions`` maps each method to its condition (None when unknown) for the report's Policy / Condition
+columns. With fewer than `MIN_CLUSTER_DATABASES` databases the notes say that database-cluster intervals and sign
+tests are not meaningful (they are still computed, as descriptive numbers).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from bapsql.analysis.diagnostics import (
     failure_taxonomy,
     warning_flow,
 )
-from bapsql.analysis.load import RunLogs, load_runs
+from bapsql.analysis.load import RunLogs, load_runs, split_method
 from bapsql.analysis.metrics import (
     LADDER,
     CellMetrics,
@@ -44,6 +51,7 @@ from bapsql.analysis.transitions import TransitionAnalysis, transition_analysis
 from bapsql.errors import RunLogError
 
 SUMMARY_FORMAT = "bapsql.analysis.summary/1"
+MIN_CLUSTER_DATABASES = 5  # below this, cluster-bootstrap intervals and sign tests over databases mean little
 Progress = Callable[[str], None]
 
 
@@ -56,6 +64,8 @@ class Summary:
     methods: tuple[str, ...]
     levels: tuple[str, ...]
     reference: str | None
+    databases: int
+    conditions: Mapping[str, str | None]  # method → its condition (None when the logs do not say)
     replicates: int
     seed: int
     cells: tuple[CellMetrics, ...]
@@ -73,6 +83,15 @@ class Summary:
     failures: tuple[FailureCounts, ...]
     notes: tuple[str, ...]
 
+    @property
+    def has_conditions(self) -> bool:
+        """Whether any method runs under a known condition (the report then shows Policy and Condition)."""
+        return any(c is not None for c in self.conditions.values())
+
+    @property
+    def few_databases(self) -> bool:
+        return self.databases < MIN_CLUSTER_DATABASES
+
     def cell(self, method: str, budget: str) -> CellMetrics | None:
         """The pooled cell of ``method`` at ``budget``, or None when the runs have none."""
         return next((c for c in self.cells if c.method == method and c.budget == budget), None)
@@ -81,12 +100,6 @@ class Summary:
         return next(
             (c for c in self.comparisons if (c.method, c.reference, c.budget) == (method, reference, budget)), None
         )
-
-
-def default_reference(methods: Sequence[str]) -> str:
-    """The alphabetically first method named like "sft", else the alphabetically first method."""
-    ordered = sorted(methods)
-    return next((m for m in ordered if "sft" in m.lower()), ordered[0])
 
 
 def comparison_pairs(methods: Sequence[str], reference: str | None) -> list[tuple[str, str]]:
@@ -105,7 +118,8 @@ def summarize(
     logs: RunLogs, *, reference: str | None = None, replicates: int = 10_000, seed: int = 0,
     progress: Progress = _quiet,
 ) -> Summary:
-    """Compute every table of the report from loaded logs. Raises `RunLogError` for an unknown ``reference``."""
+    """Compute every table of the report from loaded logs. ``reference``: the method the others are compared
+    against (None: no reference sections). Raises `RunLogError` for a ``reference`` the runs do not hold."""
     if replicates < 1:
         raise RunLogError(f"replicates must be at least 1, got {replicates}")
     ep = logs.episodes
@@ -113,8 +127,17 @@ def summarize(
     levels = order_levels(ep["budget"].unique())
     if reference is not None and reference not in methods:
         raise RunLogError(f"reference method {reference!r} is not in the runs; methods are {list(methods)}")
-    ref = reference if reference is not None else default_reference(methods)
+    ref = reference if len(methods) > 1 else None
     notes = list(logs.notes)
+    n_db = int(ep["db_id"].nunique())
+    if n_db < MIN_CLUSTER_DATABASES:
+        notes.append(f"only {n_db} database(s): database-cluster intervals and sign tests are not meaningful with "
+                     f"fewer than {MIN_CLUSTER_DATABASES} databases; read them as descriptive")
+    if ref is None and len(methods) > 1:
+        notes.append("no reference method named (bapsql analyze --reference METHOD, or reference: in the "
+                     "experiment config): primary gates, Table 4 deltas and transitions are left out")
+    conditions = {m: (c if isinstance(c, str) else split_method(m)[1])
+                  for m, c in ep.groupby("method", sort=True)["condition"].first().items()}
     progress(f"metrics: {len(ep):,} episodes, {len(methods)} methods × {len(levels)} budgets")
     cells = cell_metrics(ep)
     per_db = cell_metrics(ep, by="db_id")
@@ -136,7 +159,7 @@ def summarize(
     pairs = comparison_pairs(methods, ref) if len(methods) > 1 else []
     progress(f"bootstrap: {len(pairs)} method pairs × {len(levels)} budgets ({replicates:,} replicates)")
     comps = paired_comparisons(ep, pairs, budgets=levels, replicates=replicates, seed=seed)
-    others = [m for m in methods if m != ref]
+    others = [m for m in methods if m != ref] if ref is not None else []
     gates = tuple(primary_gate(comps, m, ref) for m in others)
     progress("transitions and diagnostics")
     transitions: list[TransitionAnalysis] = []
@@ -152,7 +175,9 @@ def summarize(
         episodes=len(ep),
         methods=methods,
         levels=levels,
-        reference=ref if len(methods) > 1 else None,
+        reference=ref,
+        databases=n_db,
+        conditions=conditions,
         replicates=replicates,
         seed=seed,
         cells=cells,
@@ -202,6 +227,8 @@ def summary_to_json(summary: Summary) -> dict:
         cells = [c for c in summary.cells if c.method == m]
         seed_scores = [v for v in summary.frontier_per_seed.get(m, {}).values() if v is not None]
         entry = {
+            "policy": split_method(m)[0],
+            "condition": summary.conditions.get(m),
             "success": _by_level(cells, m, "success"),
             "frontier_score": summary.frontier.get(m),
             "success_ci95": {lv: list(summary.success_ci[(m, lv)]) for lv in _by_level(cells, m, "success")},
@@ -226,6 +253,7 @@ def summary_to_json(summary: Summary) -> dict:
         "episodes": summary.episodes,
         "levels": list(summary.levels),
         "reference": summary.reference,
+        "databases": summary.databases,
         "replicates": summary.replicates,
         "seed": summary.seed,
         "methods": methods,

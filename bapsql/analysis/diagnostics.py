@@ -7,6 +7,7 @@
   of those, the share with at least one rewrite; of warned-and-rewritten episodes, the success share; and the
   success share of episodes with at least one shield preflight rejection ("recovery"). Descriptive frequencies.
 - Failure taxonomy (episodes ``failure`` column): counts per kind per method × budget (successes excluded).
+Columns another system's logs lack (null) leave the rows out of the diagnostic that needs them.
 Percentages are NaN when their denominator is zero.
 """
 
@@ -85,7 +86,9 @@ class WarningFlow:
 
 
 def warning_flow(episodes: pd.DataFrame) -> tuple[WarningFlow, ...]:
-    """`WarningFlow` per (method, budget)."""
+    """`WarningFlow` per (method, budget), over the episodes that log warnings, rewrites and rejections (logs of
+    other systems may lack them: those cells are left out)."""
+    episodes = episodes.dropna(subset=["warnings", "rewrites", "rejections"])
     df = pd.DataFrame(
         {
             "method": episodes["method"],
@@ -123,9 +126,10 @@ class FailureCounts:
 
 
 def failure_taxonomy(episodes: pd.DataFrame) -> tuple[FailureCounts, ...]:
-    """`FailureCounts` per (method, budget); kinds appear as logged (unknown kinds are kept, not dropped)."""
+    """`FailureCounts` per (method, budget); kinds appear as logged (unknown kinds are kept, not dropped). Episodes
+    without a logged failure kind (null) are left out, and so are cells with none."""
     out = []
-    for (method, budget), g in episodes.groupby(["method", "budget"], sort=True):
+    for (method, budget), g in episodes.dropna(subset=["failure"]).groupby(["method", "budget"], sort=True):
         kinds = g.loc[g["failure"] != "", "failure"].value_counts()
         out.append(FailureCounts(str(method), str(budget), len(g), {str(k): int(v) for k, v in sorted(kinds.items())}))
     return tuple(sorted(out, key=lambda f: (f.method, level_key(f.budget))))

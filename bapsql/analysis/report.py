@@ -4,6 +4,11 @@ All text is produced here, once: `report_blocks` turns the summary into a list o
 tables, figures), and `render_markdown` / `render_html` only lay those blocks out. Numbers are rounded half-up
 (so 30.15 → 30.2, as the paper rounds); undefined values print as "—". The HTML inlines its CSS and embeds the
 figures as base64 PNG, so the single file opens anywhere.
+
+When the methods run under known conditions (``POLICY@CONDITION``), the per-method tables show a Policy and a
+Condition column instead of one Method column. The Official EX table is always present: it reads the logged
+``official_ex`` and says so when no episode records it. With fewer than five databases the comparison sections
+say that their database-cluster intervals and sign tests are not meaningful.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from bapsql.analysis.comparisons import GATE_BUDGETS
+from bapsql.analysis.load import split_method
 from bapsql.analysis.transitions import median_seed
 
 if TYPE_CHECKING:
@@ -84,23 +90,46 @@ def _range(values: Sequence[float], digits: int = 1, signed: bool = True) -> str
     return f"{fmt(min(vals), digits, signed=signed)} to {fmt(max(vals), digits, signed=signed)}"
 
 
+def _mcols(s: Summary) -> tuple[str, ...]:
+    """Header cells naming a method: Policy and Condition when conditions are known, else Method."""
+    return ("Policy", "Condition") if s.has_conditions else ("Method",)
+
+
+def _mcells(s: Summary, m: str) -> tuple[str, ...]:
+    if not s.has_conditions:
+        return (m,)
+    return (split_method(m)[0], s.conditions.get(m) or DASH)
+
+
+def _few_databases(s: Summary) -> list[Block]:
+    if not s.few_databases:
+        return []
+    return [Paragraph(f"**Only {s.databases} database(s)**: database-cluster intervals, database-t intervals and "
+                      "sign tests over databases are not meaningful with fewer than five databases; the numbers "
+                      "below are descriptive.")]
+
+
 def _frontier_blocks(s: Summary) -> list[Block]:
-    cols = ("Method",) + tuple(f"{lv} (%)" for lv in s.levels) + ("Frontier Score (pp)",)
+    cols = _mcols(s) + tuple(f"{lv} (%)" for lv in s.levels) + ("Frontier Score (pp)",)
     rows = []
     for m in s.methods:
         cells = [fmt(c.success) if (c := s.cell(m, lv)) else DASH for lv in s.levels]
-        rows.append((m, *cells, fmt(s.frontier.get(m))))
+        rows.append((*_mcells(s, m), *cells, fmt(s.frontier.get(m))))
     blocks: list[Block] = [
         Heading("Budgeted Success (Table 2)"),
         Table(cols, tuple(rows), "Budgeted Success pooled over seeds. Frontier Score = (XS/2 + S + M + L/2) / 3, "
               "descriptive, in percentage points; — where a level is missing."),
     ]
+    blocks.append(Heading("Official EX", 3))
     if any(c.official_ex is not None for c in s.cells):
-        ex_rows = tuple((m, *[fmt(c.official_ex) if (c := s.cell(m, lv)) else DASH for lv in s.levels])
+        ex_rows = tuple((*_mcells(s, m), *[fmt(c.official_ex) if (c := s.cell(m, lv)) else DASH for lv in s.levels])
                         for m in s.methods)
-        blocks.append(Heading("Official EX", 3))
-        blocks.append(Table(("Method",) + tuple(f"{lv} EX (%)" for lv in s.levels), ex_rows,
-                            "Official (unbudgeted) execution accuracy, over episodes that record it."))
+        blocks.append(Table(_mcols(s) + tuple(f"{lv} EX (%)" for lv in s.levels), ex_rows,
+                            "Official (unbudgeted) execution accuracy of each episode's final SQL, from the logged "
+                            "official_ex, over the episodes that record it; — where none do."))
+    else:
+        blocks.append(Paragraph("Official EX: absent. No episode in these logs records official_ex, so "
+                                "unbudgeted execution accuracy is not reported."))
     blocks.append(Figure("frontier.png", "Budgeted Success by level; bars are 95% database-cluster bootstrap "
                          f"intervals ({s.replicates:,} replicates)."))
     seed_rows = []
@@ -108,11 +137,11 @@ def _frontier_blocks(s: Summary) -> list[Block]:
         per = s.frontier_per_seed.get(m, {})
         vals = [v for v in per.values() if v is not None]
         if vals:
-            seed_rows.append((m, " / ".join(f"{k}: {fmt(v)}" for k, v in per.items() if v is not None),
+            seed_rows.append((*_mcells(s, m), " / ".join(f"{k}: {fmt(v)}" for k, v in per.items() if v is not None),
                               fmt(_seed_sd(vals), 2)))
     if seed_rows:
         blocks.append(Heading("Frontier Score per seed", 3))
-        blocks.append(Table(("Method", "Frontier Score per seed", "seed SD"), tuple(seed_rows)))
+        blocks.append(Table(_mcols(s) + ("Frontier Score per seed", "seed SD"), tuple(seed_rows)))
     dbs = sorted({db for per in s.frontier_per_database.values() for db in per})
     if dbs:
         db_rows = tuple((db, *[fmt(s.frontier_per_database.get(m, {}).get(db)) for m in s.methods]) for db in dbs)
@@ -123,10 +152,10 @@ def _frontier_blocks(s: Summary) -> list[Block]:
 
 
 def _cost_blocks(s: Summary) -> list[Block]:
-    cols = ("Method", "Budget", "Episodes", "Total tokens", "Active context (peak)", "Queries", "Result tokens",
-            "VM steps", "Turns", "Abstained (%)")
+    cols = _mcols(s) + ("Budget", "Episodes", "Total tokens", "Active context (peak)", "Queries", "Result tokens",
+                        "VM steps", "Turns", "Abstained (%)")
     rows = tuple(
-        (c.method, c.budget, fmt(c.episodes, 0, grouped=True), fmt(c.total_tokens, 0, grouped=True),
+        (*_mcells(s, c.method), c.budget, fmt(c.episodes, 0, grouped=True), fmt(c.total_tokens, 0, grouped=True),
          fmt(c.peak_context, 0, grouped=True), fmt(c.queries, 2), fmt(c.result_tokens, 1),
          fmt(c.vm_steps, 0, grouped=True), fmt(c.turns, 2), fmt(c.abstained))
         for c in s.cells
@@ -141,7 +170,7 @@ def _cost_blocks(s: Summary) -> list[Block]:
 def _gate_blocks(s: Summary) -> list[Block]:
     if not s.gates:
         return []
-    blocks: list[Block] = [Heading(f"Paired comparisons against {s.reference} (Table 3)")]
+    blocks: list[Block] = [Heading(f"Paired comparisons against {s.reference} (Table 3)"), *_few_databases(s)]
     for gate in s.gates:
         m = gate.method
         rows, robust = [], []
@@ -180,7 +209,7 @@ def _table4_blocks(s: Summary) -> list[Block]:
         return []
     rows = []
     for m in s.methods:
-        row = [m]
+        row = [*_mcells(s, m)]
         for lv in levels:
             vals = [c.success for c in s.per_seed if c.method == m and c.budget == lv]
             cell = s.cell(m, lv)
@@ -193,7 +222,7 @@ def _table4_blocks(s: Summary) -> list[Block]:
             else:
                 row.append(f"{fmt(c.quality.estimate, signed=True)} {fmt_ci(c.quality.ci_low, c.quality.ci_high)}")
         rows.append(tuple(row))
-    cols = ("Method",) + tuple(levels) + tuple(f"Δ vs {s.reference} {lv} (pp)" for lv in levels)
+    cols = _mcols(s) + tuple(levels) + tuple(f"Δ vs {s.reference} {lv} (pp)" for lv in levels)
     return [Heading("Method diagnostics at XS/S (Table 4 layout)"),
             Table(cols, tuple(rows), "Success as mean ± seed SD (SD of per-seed pooled success); Δ with paired "
                   "95% database-cluster bootstrap intervals.")]
@@ -231,18 +260,19 @@ def _diagnostic_blocks(s: Summary) -> list[Block]:
                             tuple((c.method, c.quantity.replace("_", " "), fmt(c.p95), fmt(c.p50),
                                    fmt(c.n_p95, 0, grouped=True)) for c in pooled),
                             "Share of executed turns with actual ≤ estimate, where both are logged."))
-    blocks.append(Table(
-        ("Method", "Budget", "≥1 warning (%)", "Rewrite | warned (%)", "Success | warned+rewritten (%)",
-         "Success | rejected (%)"),
-        tuple((w.method, w.budget, fmt(w.warned_pct), fmt(w.rewrite_given_warning_pct),
-               fmt(w.success_given_rewrite_pct), fmt(w.recovery_pct)) for w in s.warning_flow),
-        "Descriptive conditional frequencies; 'rejected' = at least one shield preflight rejection."))
+    if s.warning_flow:
+        flow = tuple((*_mcells(s, w.method), w.budget, fmt(w.warned_pct), fmt(w.rewrite_given_warning_pct),
+                      fmt(w.success_given_rewrite_pct), fmt(w.recovery_pct)) for w in s.warning_flow)
+        blocks.append(Table(_mcols(s) + ("Budget", "≥1 warning (%)", "Rewrite | warned (%)",
+                                         "Success | warned+rewritten (%)", "Success | rejected (%)"), flow,
+                            "Descriptive conditional frequencies; 'rejected' = at least one shield preflight "
+                            "rejection."))
     kinds = sorted({k for f in s.failures for k in f.counts})
     if kinds:
-        rows = tuple((f.method, f.budget, fmt(f.episodes, 0, grouped=True),
+        rows = tuple((*_mcells(s, f.method), f.budget, fmt(f.episodes, 0, grouped=True),
                       *[f"{f.counts.get(k, 0)} ({fmt(100.0 * f.counts.get(k, 0) / f.episodes)}%)" for k in kinds])
                      for f in s.failures)
-        blocks.append(Table(("Method", "Budget", "Episodes") + tuple(k.replace("_", " ") for k in kinds), rows,
+        blocks.append(Table(_mcols(s) + ("Budget", "Episodes") + tuple(k.replace("_", " ") for k in kinds), rows,
                             "Failure taxonomy: episodes per failure kind (percent of all episodes of the cell)."))
     return blocks
 
@@ -257,7 +287,7 @@ def _pairwise_blocks(s: Summary) -> list[Block]:
          f"{c.quality.sign.favorable}/{c.quality.sign.favorable + c.quality.sign.unfavorable}")
         for c in s.comparisons
     )
-    return [Heading("All pairwise comparisons"),
+    return [Heading("All pairwise comparisons"), *_few_databases(s),
             Table(("Pair", "Budget", "Quality diff. pp (95% CI)", "Token change % (95% CI)", "DBs favouring"), rows)]
 
 
@@ -266,7 +296,8 @@ def report_blocks(s: Summary) -> list[Block]:
     head: list[Block] = [
         Heading("bapsql analysis report", 1),
         Paragraph(f"{s.episodes:,} episodes from {len(s.runs)} run(s): {', '.join(s.runs)}. Methods: "
-                  f"{', '.join(s.methods)}. Budgets: {', '.join(s.levels)}. Reference: {s.reference or DASH}. "
+                  f"{', '.join(s.methods)}. Budgets: {', '.join(s.levels)}. Databases: {s.databases}. "
+                  f"Reference: {s.reference or DASH}. "
                   f"Bootstrap: {s.replicates:,} database-cluster replicates, seed {s.seed}."),
     ]
     if s.notes:

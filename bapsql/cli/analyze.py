@@ -10,8 +10,8 @@ import click
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=str),
               help="Folder for report.md, report.html, frontier.png, quality_tokens.png and summary.json.")
 @click.option("--reference", default=None, metavar="METHOD",
-              help="Method the others are compared against (default: the one named like 'sft', else the first "
-                   "alphabetically).")
+              help="Method the others are compared against, e.g. 'scripted.drafter@dashboard' (default: none; "
+                   "then the primary gates, Table 4 deltas and transitions are left out).")
 @click.option("--replicates", default=10_000, show_default=True, type=click.IntRange(min=1),
               help="Database-cluster bootstrap replicates.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bootstrap draws.")

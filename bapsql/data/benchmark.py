@@ -5,6 +5,8 @@ Folder format (what `bapsql data build-demo` writes and every ``--benchmark DIR`
 ``DIR/tasks.jsonl`` (one `bapsql.types.Task` per line; ``gold`` as `Answer.to_json`; ``db_path`` relative to DIR),
 ``DIR/splits.json`` (``{"seed": s, "splits": {"train": [...], "validation": [...], "dev": [...]}}``) and
 ``DIR/manifest.json`` (database sizes and hashes, per-task measured costs, shares, file hashes).
+Besides the database splits of ``splits.json``, every benchmark with a ``train`` split offers ``test``: the
+in-domain held-out tasks of the train databases (`bapsql.data.splits.is_test_task`); ``train`` then excludes them.
 
 Contract of `load_benchmark(dir, split=None)`: detects the folder format, a BIRD layout or a Spider layout
 (`bapsql.data.loaders`); returns a `Benchmark` whose ``tasks`` all have a typed gold answer and an absolute
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from bapsql.data.splits import SPLIT_NAMES
+from bapsql.data.splits import SPLIT_NAMES, TASK_SPLITS, is_test_task
 from bapsql.errors import DataError
 from bapsql.types import Answer, Task
 
@@ -76,11 +78,22 @@ class Benchmark:
         return next((name for name, dbs in self.splits.items() if db_id in dbs), None)
 
     def select(self, split: str) -> "Benchmark":
-        """The same benchmark restricted to one split's tasks. Raises `DataError` for an unknown split name."""
+        """The same benchmark restricted to one split's tasks. Raises `DataError` for an unknown split name.
+
+        ``train`` and ``test`` share the train databases and split their tasks by `is_test_task` (seeded by the
+        benchmark's split seed): ``test`` holds the in-domain held-out tasks, ``train`` the rest."""
+        if split in TASK_SPLITS and "train" in self.splits:
+            dbs = set(self.splits["train"])
+            return replace(self, tasks=tuple(t for t in self.tasks if t.db_id in dbs and self._is_test(t)))
         if split not in self.splits:
-            raise DataError(f"unknown split {split!r}; this benchmark has {sorted(self.splits)}")
+            names = sorted(self.splits) + ([*TASK_SPLITS] if "train" in self.splits else [])
+            raise DataError(f"unknown split {split!r}; this benchmark has {names}")
         dbs = set(self.splits[split])
-        return replace(self, tasks=tuple(t for t in self.tasks if t.db_id in dbs))
+        keep = (lambda t: not self._is_test(t)) if split == "train" else (lambda t: True)
+        return replace(self, tasks=tuple(t for t in self.tasks if t.db_id in dbs and keep(t)))
+
+    def _is_test(self, task: Task) -> bool:
+        return is_test_task(task.task_id, self.manifest.split_seed)
 
     def db_paths(self) -> dict[str, Path]:
         """Database id → absolute path of its SQLite file, for the databases that have tasks."""

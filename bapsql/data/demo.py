@@ -12,8 +12,12 @@ Contract:
   exceeds the XS budget's result tokens or VM steps, the gold query fits both), ``unanswerable_xs`` (the gold query
   alone exceeds XS), ``min_level:<L>`` (tightest level whose result-token and VM-step budgets the gold query fits),
   ``template:<name>``, ``answer:<kind>``, and ``evidence`` / ``dirty`` / ``join``. The final tasks are a seeded draw
-  from the three pools (calm / budget-sensitive / XS-unanswerable) in the `TARGET_SHARES` mix.
-- Databases are split train / validation / dev by `bapsql.data.splits.split_databases` (seeded).
+  from the three pools (calm / budget-sensitive / XS-unanswerable) in the `TARGET_SHARES` mix, split by split.
+- Databases are split train / validation / dev by `bapsql.data.splits.split_databases` (seeded) with
+  `DEMO_FRACTIONS`: of the 14 databases, 7 train, 1 validation, 6 dev at every scale and seed (so database-cluster
+  statistics over the dev split have six clusters). Each split draws its own number of tasks (`TASKS`), so the
+  dev split stays small enough for the main job (72 tasks at ``small`` scale) while train keeps most of them; the
+  in-domain ``test`` split (held-out tasks of the train databases) is `bapsql.data.splits.is_test_task`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from bapsql.budgets import load_ladder
 from bapsql.data.benchmark import (BENCHMARK_FILE, FORMAT_VERSION, MANIFEST_FILE, SPLITS_FILE, TASKS_FILE,
                                    json_text, sha256_file, write_json, write_json_text, write_tasks)
 from bapsql.data.measure import QueryCost, measure, measurement_token_counter
-from bapsql.data.splits import split_databases
+from bapsql.data.splits import split_databases, split_of
 from bapsql.data.synth_domains import DOMAINS
 from bapsql.data.synth_schema import SCALES, Domain, build_database, domain_seed
 from bapsql.data.synth_tasks import Draft, propose
@@ -41,19 +45,21 @@ from bapsql.data.synth_values import DbView
 from bapsql.errors import ConfigError
 from bapsql.types import Answer, Task
 
-GENERATOR_VERSION = "1.0"
+GENERATOR_VERSION = "2.0"  # 2.0: fourteen databases, 6 dev, per-split task counts
 DEMO_NAME = "bapsql-demo"
 
 # Tries per (template, table) = weight × ATTEMPT_SCALE. The candidates that survive execution fall in three pools
-# ("calm": gold and naive fit XS; "budget_sensitive"; "unanswerable_xs") and TASKS[scale] tasks are drawn from them
-# in the TARGET_SHARES mix (as far as each pool allows). HEAVY_PER_DB bounds the full (L-cap) executions of heavy
+# ("calm": gold and naive fit XS; "budget_sensitive"; "unanswerable_xs") and TASKS[scale][split] tasks are drawn
+# from each split's pools in the TARGET_SHARES mix (as far as each pool allows). HEAVY_PER_DB bounds the full (L-cap) executions of heavy
 # candidates per database.
 _WEIGHTS = {"count_filter": 3, "count_range": 2, "agg_filter": 3, "agg_all": 1, "argmax_count": 1, "argmax_avg": 1,
             "topk": 2, "list_filter": 2, "ordered_distinct": 1, "join_count": 5, "join_agg": 8, "join_argmax": 1,
             "join_having": 1, "ratio": 1, "null_count": 1, "date_count": 2, "lookup": 9, "count_distinct": 1,
             "entity_list": 4, "entity_latest": 8, "entity_parent": 9, "entity_count_filter": 8, "lookup_pair": 9}
 ATTEMPT_SCALE = {"small": 1, "full": 4}
-TASKS = {"small": 400, "full": 2_200}
+TASKS = {"small": {"train": 300, "validation": 40, "dev": 72},
+         "full": {"train": 1_500, "validation": 200, "dev": 500}}
+DEMO_FRACTIONS: tuple[float, float, float] = (0.45, 0.1, 0.45)  # train / validation / dev databases
 HEAVY_PER_DB = {"small": 10, "full": 40}
 TARGET_SHARES = {"calm": 0.57, "budget_sensitive": 0.35, "unanswerable_xs": 0.08}
 DIFFICULTY = {
@@ -173,24 +179,42 @@ def _norm(question: str) -> str:
     return " ".join(question.lower().split())
 
 
-def _select(parts: list[dict], scale: str, seed: int) -> tuple[list[dict], dict[str, int]]:
-    """Draw the final tasks from all databases' candidates in the TARGET_SHARES mix; keeps candidate order."""
+def _select(parts: list[dict], splits: dict[str, tuple[str, ...]], scale: str,
+            seed: int) -> tuple[list[dict], dict[str, int]]:
+    """Draw each split's TASKS[scale][split] tasks from its databases' candidates in the TARGET_SHARES mix (one
+    seeded draw per split); keeps candidate order. Returns the tasks and the pool sizes over all databases."""
     seen: set[str] = set()
-    pools: dict[str, list[int]] = {k: [] for k in TARGET_SHARES}
+    where = split_of(splits)
+    pools: dict[tuple[str, str], list[int]] = {}
     flat: list[dict] = []
     for p in parts:
         for c in p["candidates"]:
             if _norm(c["question"]) in seen:
                 continue
             seen.add(_norm(c["question"]))
-            pools[c["pool"]].append(len(flat))
+            pools.setdefault((where[c["db_id"]], c["pool"]), []).append(len(flat))
             flat.append(c)
-    rng = np.random.default_rng(domain_seed(seed, "__select__"))
     keep: list[int] = []
-    for name, share in TARGET_SHARES.items():
-        order = rng.permutation(len(pools[name])).tolist()
-        keep += [pools[name][j] for j in order[:round(TASKS[scale] * share)]]
-    return [flat[i] for i in sorted(keep)], {k: len(v) for k, v in pools.items()}
+    for split, quota in TASKS[scale].items():
+        rng = np.random.default_rng(domain_seed(seed, f"__select__:{split}"))
+        for name, share in TARGET_SHARES.items():
+            pool = pools.get((split, name), [])
+            order = rng.permutation(len(pool)).tolist()
+            keep += [pool[j] for j in order[:round(quota * share)]]
+    sizes = {k: sum(len(v) for (_, kind), v in pools.items() if kind == k) for k in TARGET_SHARES}
+    return [flat[i] for i in sorted(keep)], sizes
+
+
+def demo_is_current(root: str | Path) -> bool:
+    """Whether ``root`` holds a complete embedded benchmark written by this generator version (a cached folder
+    from an older version should be rebuilt: its databases and splits differ)."""
+    import json
+
+    try:
+        info = json.loads((Path(root) / BENCHMARK_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("generator_version") == GENERATOR_VERSION
 
 
 def build_demo(out_dir: str | Path, scale: str = "small", seed: int = 0, *, workers: int | None = None,
@@ -222,12 +246,14 @@ def build_demo(out_dir: str | Path, scale: str = "small", seed: int = 0, *, work
                 if progress:
                     progress(futures[fut])
     parts = [results[d.db_id] for d in DOMAINS]
-    chosen, pools = _select(parts, scale, seed)
-    return _write_folder(root, scale, seed, counter_spec, parts, chosen, pools, t0)
+    splits = split_databases([p["db_id"] for p in parts], seed=seed, fractions=DEMO_FRACTIONS)
+    chosen, pools = _select(parts, splits, scale, seed)
+    return _write_folder(root, scale, seed, counter_spec, parts, splits, chosen, pools, t0)
 
 
-def _write_folder(root: Path, scale: str, seed: int, counter_spec: str, parts: list[dict], chosen: list[dict],
-                  pools: dict[str, int], t0: float) -> DemoBuild:
+def _write_folder(root: Path, scale: str, seed: int, counter_spec: str, parts: list[dict],
+                  splits: dict[str, tuple[str, ...]], chosen: list[dict], pools: dict[str, int],
+                  t0: float) -> DemoBuild:
     tasks, costs, counts = [], {}, {}
     for c in chosen:
         c = dict(c)
@@ -237,7 +263,6 @@ def _write_folder(root: Path, scale: str, seed: int, counter_spec: str, parts: l
         c.pop("pool")
         tasks.append(Task(task_id=task_id, db_path=_rel(c["db_id"]), source=DEMO_NAME,
                           gold=Answer.from_json(c.pop("gold")), tags=tuple(c.pop("tags")), **c))
-    splits = split_databases([p["db_id"] for p in parts], seed=seed)
     write_tasks(root / TASKS_FILE, tasks)
     write_json(root / SPLITS_FILE, {"seed": seed, "splits": {k: list(v) for k, v in splits.items()}})
     info = json_text({"name": DEMO_NAME, "kind": "demo", "version": FORMAT_VERSION, "seed": seed, "scale": scale,

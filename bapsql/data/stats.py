@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bapsql.data.benchmark import MANIFEST_FILE, Benchmark
+from bapsql.data.splits import TASK_SPLITS
 from bapsql.types import ANSWER_KINDS, Task
 
 SHARE_TAGS: tuple[str, ...] = ("budget_sensitive", "unanswerable_xs")
@@ -81,9 +82,10 @@ def benchmark_stats(bench: Benchmark) -> BenchmarkStats:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # stats still work from the tasks alone
     splits = {}
-    for name, dbs in bench.splits.items():
-        members = set(dbs)
-        st = [t for t in tasks if t.db_id in members]
+    names = list(bench.splits) + ([*TASK_SPLITS] if "train" in bench.splits else [])
+    for name in names:
+        st = list(bench.select(name).tasks)
+        dbs = bench.splits["train" if name in TASK_SPLITS else name]
         splits[name] = SplitStats(len(dbs), len(st), _answer_types(st), _shares(st))
     flags = Counter(tag[5:] for t in tasks for tag in t.tags if tag.startswith("flag:"))
     return BenchmarkStats(

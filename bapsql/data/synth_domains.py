@@ -1,4 +1,4 @@
-"""The ten databases of the embedded benchmark, as `bapsql.data.synth_schema` specs (pure data, no logic).
+"""The fourteen databases of the embedded benchmark, as `bapsql.data.synth_schema` specs (pure data, no logic).
 
 Each domain has foreign keys, indexes on some columns and not others, Zipf-skewed categories and foreign keys,
 NULLs, dirty values (case/whitespace variants, 'N/A') and coded columns whose meaning only an evidence hint gives.
@@ -329,4 +329,107 @@ HR = Domain("hr_payroll", "a company's staff and payroll", (
             nulls=0.4))),
 ))
 
-DOMAINS: tuple[Domain, ...] = (RETAIL, FLIGHTS, SCHOOLS, CLINICS, FOOTBALL, LIBRARY, ENERGY, BIKES, INSPECTIONS, HR)
+HOTELS = Domain("hotel_bookings", "a hotel chain's bookings", (
+    Table("hotels", "hotel", "hotels", 40, 300, (
+        Col("id", "pk", "id"),
+        Col("name", "name", "name", unique=True, words=(TOWNS, ("Inn", "Lodge", "Suites", "Resort", "Hotel"))),
+        Col("city", "cat", "city", values=CITY_VALUES, zipf=0.9, dirty=0.07),
+        Col("stars", "int", "star rating", lo=1, hi=5))),
+    Table("guests", "guest", "guests", 1_200, 30_000, (
+        Col("id", "pk", "id"), _person(index=True),
+        Col("country", "cat", "country", values=("USA", "UK", "Germany", "France", "Japan", "Brazil", "India",
+                                                 "Canada", "Spain", "Italy"), zipf=1.0),
+        Col("loyalty", "code", "loyalty level", values=("N", "S", "G"), labels=("no", "silver", "gold"),
+            phrase="guests with {label} loyalty status", zipf=1.3))),
+    Table("bookings", "booking", "bookings", 9_000, 350_000, (
+        Col("id", "pk", "id"), Col("hotel_id", "fk", "hotel", ref="hotels", zipf=0.9, index=True),
+        Col("guest_id", "fk", "guest", ref="guests", zipf=0.5, index=True),
+        Col("checkin_date", "date", "check-in date", lo=2021, hi=2024),
+        Col("nights", "int", "number of nights", lo=2.2, hi=0.6, dist="lognormal"),
+        Col("room", "code", "room type", values=("S", "D", "U"), labels=("single", "double", "suite"),
+            phrase="{label} room bookings", zipf=1.1),
+        Col("price", "float", "price per night", lo=120.0, hi=0.5, dist="lognormal", decimals=2, nulls=0.03),
+        Col("status", "cat", "status", values=("completed", "cancelled", "no-show", "upcoming"), zipf=1.8))),
+))
+
+MUSIC = Domain("music_streams", "a music streaming service", (
+    Table("artists", "artist", "artists", 200, 4_000, (
+        Col("id", "pk", "id"),
+        Col("name", "name", "name", unique=True, words=(
+            tuple("The Black White Neon Velvet Silent Electric Wild Golden Crimson Lunar Solar Midnight Paper Glass "
+                  "Iron Crystal Hollow Broken Northern".split()),
+            tuple("Wolves Echoes Rivers Tigers Lights Shadows Horses Dreams Ravens Stones Waves Hearts Kings Ghosts "
+                  "Pilots Sparrows Comets Lanterns Engines Foxes".split()), ("Band", "Collective", "Trio", "Project",
+                                                                              "Club", "Society", "Orchestra",
+                                                                              "Quartet", "Crew", "Union"))),
+        Col("country", "cat", "country", values=("USA", "UK", "Sweden", "Korea", "Nigeria", "Brazil", "France",
+                                                 "Australia"), zipf=1.1),
+        Col("debut_year", "int", "debut year", lo=1965, hi=2023))),
+    Table("tracks", "track", "tracks", 1_500, 60_000, (
+        Col("id", "pk", "id"), Col("artist_id", "fk", "artist", ref="artists", zipf=0.9, index=True),
+        Col("genre", "cat", "genre", values=("pop", "rock", "hip hop", "electronic", "jazz", "classical", "folk",
+                                             "metal", "reggae", "soul"), zipf=1.0, dirty=0.08),
+        Col("duration_s", "int", "duration in seconds", lo=215, hi=0.3, dist="lognormal"),
+        Col("release_date", "date", "release date", lo=2000, hi=2024))),
+    Table("listeners", "listener", "listeners", 800, 25_000, (
+        Col("id", "pk", "id"), _person(),
+        Col("plan", "code", "plan", values=("F", "P", "H"), labels=("free", "premium", "family"),
+            phrase="listeners on the {label} plan", zipf=1.0),
+        Col("age", "int", "age", lo=14, hi=75, nulls=0.1))),
+    Table("plays", "play", "plays", 14_000, 700_000, (
+        Col("id", "pk", "id"), Col("track_id", "fk", "track", ref="tracks", zipf=1.1, index=True),
+        Col("listener_id", "fk", "listener", ref="listeners", zipf=0.6),
+        Col("play_date", "date", "play date", lo=2023, hi=2024),
+        Col("seconds_played", "int", "seconds played", lo=120, hi=0.8, dist="lognormal"),
+        Col("device", "cat", "device", values=("mobile", "desktop", "speaker", "tv", "car"), zipf=1.4))),
+))
+
+SHIPPING = Domain("parcel_shipping", "a parcel delivery company", (
+    Table("depots", "depot", "depots", 25, 120, (
+        Col("id", "pk", "id"), Col("name", "name", "name", unique=True, words=(TOWNS, ("Depot", "Hub"))),
+        Col("region", "cat", "region", values=("North", "South", "East", "West", "Central"), zipf=0.7),
+        Col("capacity", "int", "daily capacity", lo=500, hi=20_000))),
+    Table("couriers", "courier", "couriers", 300, 5_000, (
+        Col("id", "pk", "id"), _person(index=True),
+        Col("depot_id", "fk", "depot", ref="depots", zipf=0.8, index=True),
+        Col("vehicle", "code", "vehicle", values=("V", "B", "C"), labels=("van", "bike", "car"),
+            phrase="couriers driving a {label}", zipf=1.0),
+        Col("hire_year", "int", "hire year", lo=2010, hi=2024))),
+    Table("parcels", "parcel", "parcels", 12_000, 600_000, (
+        Col("id", "pk", "id"), Col("courier_id", "fk", "courier", ref="couriers", zipf=0.5, index=True),
+        Col("sent_date", "date", "sent date", lo=2022, hi=2024, index=True),
+        Col("weight_kg", "float", "weight in kg", lo=1.5, hi=0.9, dist="lognormal", decimals=2, nulls=0.02),
+        Col("service", "code", "service level", values=("S", "E", "N"), labels=("standard", "express",
+                                                                               "next-day"),
+            phrase="{label} parcels", zipf=1.2),
+        Col("status", "cat", "status", values=("delivered", "in transit", "returned", "lost"), zipf=2.2,
+            dirty=0.05),
+        Col("postage", "float", "postage", lo=6.5, hi=0.5, dist="lognormal", decimals=2))),
+))
+
+MUSEUMS = Domain("museum_visits", "a group of museums", (
+    Table("museums", "museum", "museums", 15, 40, (
+        Col("id", "pk", "id"),
+        Col("name", "name", "name", unique=True, words=(("City", "National", "Modern", "Maritime", "Science",
+                                                         "Natural History", "Folk", "Railway"),
+                                                        ("Museum", "Gallery", "Collection", "Hall", "Centre"))),
+        Col("city", "cat", "city", values=CITY_VALUES, zipf=0.6),
+        Col("founded", "int", "founding year", lo=1850, hi=2015))),
+    Table("exhibitions", "exhibition", "exhibitions", 200, 3_000, (
+        Col("id", "pk", "id"), Col("museum_id", "fk", "museum", ref="museums", zipf=0.7, index=True),
+        Col("theme", "cat", "theme", values=("art", "history", "science", "nature", "design", "photography",
+                                             "technology"), zipf=0.9, dirty=0.08),
+        Col("start_date", "date", "start date", lo=2015, hi=2024),
+        Col("cost", "float", "cost in thousands", lo=90.0, hi=0.7, dist="lognormal", decimals=1, nulls=0.05))),
+    Table("tickets", "ticket", "tickets", 13_000, 650_000, (
+        Col("id", "pk", "id"), Col("exhibition_id", "fk", "exhibition", ref="exhibitions", zipf=0.8, index=True),
+        Col("visit_date", "date", "visit date", lo=2021, hi=2024),
+        Col("kind", "code", "ticket kind", values=("A", "C", "S", "M"), labels=("adult", "child", "senior",
+                                                                              "member"),
+            phrase="{label} tickets", zipf=0.9),
+        Col("price", "float", "price", lo=18.0, hi=0.3, dist="lognormal", decimals=2),
+        Col("channel", "cat", "sales channel", values=("online", "desk", "kiosk", "partner"), zipf=1.3))),
+))
+
+DOMAINS: tuple[Domain, ...] = (RETAIL, FLIGHTS, SCHOOLS, CLINICS, FOOTBALL, LIBRARY, ENERGY, BIKES, INSPECTIONS, HR,
+                               HOTELS, MUSIC, SHIPPING, MUSEUMS)

@@ -240,6 +240,7 @@ class EvalSection:
     temperature: float = 0.0
     replicates: int = 1000  # bootstrap replicates of the analysis
     conditions: tuple[str, ...] = ()  # conditions to evaluate under (empty: the training condition only)
+    reference: str | None = "sft"  # the evaluated policy (sft / grpo) the report compares the other against
 
 
 @dataclass(frozen=True)

@@ -254,7 +254,7 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
                    ) -> tuple[Any, Path]:
     """Sweep the given policies (name → merged model folder) and analyse the sweep; returns (summary, report dir)."""
     from bapsql.analysis.analyze import analyze_runs
-    from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
+    from bapsql.experiment import MODEL_PREFIX, ExperimentConfig, SamplingConfig, WorkersConfig, validate
     from bapsql.rollout.sweep import run_sweep
 
     run_dir = cfg.run_dir(seed)
@@ -271,7 +271,10 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / "eval", console=console,
                         backend="ray" if r.use_ray else "local")
     report = run_dir / "report"
-    analyze_runs([run_dir / "eval"], report, replicates=cfg.eval.replicates, seed=seed)
+    ref = cfg.eval.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
+    reference = (f"{MODEL_PREFIX}{ref}@{cfg.eval.conditions[0] if cfg.eval.conditions else cfg.condition}"
+                 if ref in models and len(models) > 1 else None)
+    analyze_runs([run_dir / "eval"], report, reference=reference, replicates=cfg.eval.replicates, seed=seed)
     return summary, report
 
 

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from bapsql.analysis.analyze import analyze_runs, comparison_pairs, default_reference, summarize
+from bapsql.analysis.analyze import analyze_runs, comparison_pairs, summarize
 from bapsql.analysis.load import load_runs
 from bapsql.analysis.report import fmt
 from bapsql.analysis.synthetic import SyntheticSpec, synthetic_run, write_run
@@ -45,7 +45,8 @@ def run_dirs(tmp_path_factory):
 def analysed(run_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     messages: list[str] = []
-    summary = analyze_runs(run_dirs[0], out, replicates=2000, seed=1, progress=messages.append)
+    summary = analyze_runs(run_dirs[0], out, reference="bap-sql sft", replicates=2000, seed=1,
+                           progress=messages.append)
     return summary, out, messages, run_dirs[1]
 
 
@@ -113,14 +114,16 @@ def test_report_shows_tables_in_paper_layout(analysed):
 
 
 def test_reference_choice(run_dirs, tmp_path):
-    assert default_reference(["b", "a", "My-SFT", "sft2"]) == "My-SFT"
-    assert default_reference(["b", "a"]) == "a"
     assert comparison_pairs(["a", "b", "ref"], "ref") == [("a", "b"), ("a", "ref"), ("b", "ref")]
     assert comparison_pairs(["a", "b", "c"], "a") == [("b", "a"), ("c", "a"), ("b", "c")]
     logs = load_runs(run_dirs[0][:1])
     summary = summarize(logs, reference="rl", replicates=200)
     assert summary.reference == "rl" and {g.reference for g in summary.gates} == {"rl"}
     assert {t.reference for t in summary.transitions} == {"rl"}
+    unnamed = summarize(logs, replicates=200)  # no reference is guessed from names or order
+    assert unnamed.reference is None and unnamed.gates == () and unnamed.transitions == ()
+    assert len(unnamed.comparisons) == len(summary.comparisons)  # every pair is still compared
+    assert any("no reference method named" in n for n in unnamed.notes)
     with pytest.raises(RunLogError, match="reference method 'nope'"):
         summarize(logs, reference="nope", replicates=10)
     with pytest.raises(RunLogError, match="replicates"):

@@ -33,7 +33,7 @@ def _summary(tmp_path):
                  else "insufficient_evidence")
             for m in ("sft", "<b>rl|x</b>") for b in LADDER for s in (0, 1) for i in range(9)]
     write_run(tmp_path / "r", episodes_table(rows))
-    return summarize(load_runs([tmp_path / "r"]), replicates=200, seed=0)
+    return summarize(load_runs([tmp_path / "r"]), reference="sft", replicates=200, seed=0)
 
 
 def test_markdown_tables_are_well_formed_and_escaped(tmp_path):
@@ -71,7 +71,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
         n_tasks=300,
     )
     write_run(tmp_path / "run", *synthetic_run(spec))
-    analyze_runs([tmp_path / "run"], tmp_path / "out", replicates=500)
+    analyze_runs([tmp_path / "run"], tmp_path / "out", reference="sft", replicates=500)
     shot = tmp_path / "shot.png"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",

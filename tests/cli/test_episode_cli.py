@@ -49,7 +49,7 @@ def test_episode_scripted_json(run, db, tmp_path):
     out = json.loads(r.output)
     assert [s["action"] for s in out["steps"]] == ["reset", "estimate_query", "execute_query", "answer"]
     s = out["summary"]
-    assert s["success"] and s["correct"] and s["queries"] == 1 and s["turns"] == 3 and s["evidence_score"] == 1.0
+    assert s["success"] and s["correct"] and s["queries"] == 1 and s["turns"] == 3 and s["evidence_score"] == 0.75
     assert out["done"] and out["ledger"]["spent"]["queries"] == 1 and len(out["turns"]) == 3
 
 

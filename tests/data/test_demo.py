@@ -9,7 +9,9 @@ import pytest
 
 from bapsql.budgets import load_ladder
 from bapsql.data.benchmark import load_benchmark
-from bapsql.data.demo import build_demo
+from bapsql.data.demo import DEMO_FRACTIONS, TASKS, build_demo, demo_is_current
+from bapsql.data.splits import split_databases
+from bapsql.data.synth_domains import DOMAINS
 from bapsql.data.gold import derive_gold
 from bapsql.data.measure import QueryCost, measure, measurement_token_counter
 from bapsql.db.sandbox import Sandbox
@@ -25,7 +27,7 @@ def test_same_seed_gives_the_same_bytes(demo_small, tmp_path):
     again = tmp_path / "again"
     build_demo(again, scale="small", seed=0, workers=2)  # two processes must not change a byte
     first, second = _hashes(demo_small), _hashes(again)
-    assert len(first) == 14  # 10 databases + benchmark, tasks, splits, manifest
+    assert len(first) == 18  # 14 databases + benchmark, tasks, splits, manifest
     assert first == second
 
 
@@ -50,12 +52,15 @@ def test_tasks_are_typed_deduplicated_and_split_by_database(demo_small):
     assert 250 <= len(tasks) <= 600
     assert len({" ".join(t.question.lower().split()) for t in tasks}) == len(tasks)
     assert {t.gold.kind for t in tasks} == {"scalar", "list", "ordered_list"}
-    assert len(bench.databases) == 10
+    assert len(bench.databases) == 14
     assert any(t.evidence for t in tasks) and all(t.naive_sql for t in tasks)
     split_dbs = [set(v) for v in bench.splits.values()]
     assert set().union(*split_dbs) == set(bench.databases)
     assert sum(len(s) for s in split_dbs) == len(bench.databases)  # disjoint
-    assert all(bench.select(name).tasks for name in ("train", "validation", "dev"))
+    assert all(bench.select(name).tasks for name in ("train", "test", "validation", "dev"))
+    counts = {name: len(bench.select(name).tasks) for name in ("train", "test", "validation", "dev")}
+    assert sum(counts.values()) == len(tasks)  # every task in exactly one split
+    assert 50 <= counts["dev"] <= TASKS["small"]["dev"]  # small enough for the main job
     templates = {tag for t in tasks for tag in t.tags if tag.startswith("template:")}
     assert len(templates) >= 15
 
@@ -88,3 +93,32 @@ def test_gold_answers_and_tags_match_a_fresh_measurement(demo_small):
 def test_unknown_scale_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="scale"):
         build_demo(tmp_path, scale="huge")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_at_least_six_dev_databases_at_every_seed_and_scale(demo_small, seed):
+    """Scales share the domains and the split depends only on (database ids, seed): six dev databases always, and
+    the built folder writes exactly that split."""
+    splits = split_databases([d.db_id for d in DOMAINS], seed=seed, fractions=DEMO_FRACTIONS)
+    assert len(splits["dev"]) >= 6 and len(splits["train"]) >= 6 and splits["validation"]
+    if seed == 0:
+        written = json.loads((demo_small / "splits.json").read_text())["splits"]
+        assert {k: tuple(v) for k, v in written.items()} == splits
+        bench = load_benchmark(demo_small, split="dev")
+        assert len(bench.databases) >= 6
+
+
+def test_in_domain_test_split_holds_out_tasks_of_the_train_databases(demo_small):
+    bench = load_benchmark(demo_small)
+    train, test = bench.select("train").tasks, bench.select("test").tasks
+    assert {t.task_id for t in train}.isdisjoint(t.task_id for t in test)
+    assert {t.db_id for t in test} <= set(bench.splits["train"])
+    assert {t.db_id for t in test} == {t.db_id for t in train}  # in-domain: the same databases
+    assert 0.1 < len(test) / (len(test) + len(train)) < 0.3
+
+
+def test_a_folder_of_another_generator_version_is_not_current(demo_small, tmp_path):
+    assert demo_is_current(demo_small) and not demo_is_current(tmp_path)
+    info = json.loads((demo_small / "benchmark.json").read_text())
+    (tmp_path / "benchmark.json").write_text(json.dumps({**info, "generator_version": "1.0"}))
+    assert not demo_is_current(tmp_path)

@@ -128,4 +128,8 @@ def test_split_argument_and_unknown_split(spider, tmp_path):
     dev = set(b.splits["dev"])
     assert b.tasks and all(t.db_id in dev for t in b.tasks)
     with pytest.raises(DataError, match="unknown split"):
-        load_benchmark(spider, split="test", cache_dir=tmp_path / "cache")
+        load_benchmark(spider, split="holdout", cache_dir=tmp_path / "cache")
+    test = load_benchmark(spider, split="test", cache_dir=tmp_path / "cache")  # in-domain held-out train tasks
+    train = load_benchmark(spider, split="train", cache_dir=tmp_path / "cache")
+    assert {t.db_id for t in test.tasks} <= set(b.splits["train"])
+    assert {t.task_id for t in test.tasks}.isdisjoint(t.task_id for t in train.tasks)

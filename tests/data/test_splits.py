@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bapsql.data.splits import SPLIT_NAMES, split_databases
+from bapsql.data.splits import SPLIT_NAMES, TEST_FRACTION, is_test_task, split_databases
 from bapsql.errors import ConfigError
 
 db_lists = st.lists(st.text("abcdefghij_", min_size=1, max_size=8), min_size=0, max_size=40, unique=True)
@@ -53,3 +53,21 @@ def test_bad_arguments_are_config_errors():
         split_databases(["a"], fractions=(1.0, -0.1, 0.1))
     with pytest.raises(ConfigError, match="unknown split"):
         split_databases(["a"], fixed={"a": "test"})
+
+
+@given(st.lists(st.text("abcdef-0123456789", min_size=1, max_size=10), max_size=60, unique=True),
+       st.integers(0, 1_000))
+@settings(max_examples=100)
+def test_test_membership_depends_only_on_task_and_seed(task_ids, seed):
+    alone = {t: is_test_task(t, seed) for t in task_ids}
+    assert alone == {t: is_test_task(t, seed) for t in reversed(task_ids)}
+    assert all(not is_test_task(t, seed, 0.0) and is_test_task(t, seed, 1.0) for t in task_ids)
+
+
+def test_test_fraction_is_about_right_and_seeded():
+    ids = [f"db-{i:04d}" for i in range(4000)]
+    share = sum(is_test_task(t, 0) for t in ids) / len(ids)
+    assert abs(share - TEST_FRACTION) < 0.03
+    assert [is_test_task(t, 0) for t in ids] != [is_test_task(t, 1) for t in ids]
+    with pytest.raises(ConfigError, match="test fraction"):
+        is_test_task("x", 0, 1.5)

@@ -11,11 +11,12 @@ def test_stats_of_the_embedded_benchmark(demo_small):
     st = benchmark_stats(bench).to_json()
     for key in ("databases", "tasks", "missing_databases", "failed_gold", "answer_types"):
         assert key in st
-    assert st["databases"] == 10 and st["tasks"] == len(bench.tasks)
+    assert st["databases"] == 14 and st["tasks"] == len(bench.tasks)
     assert st["missing_databases"] == [] and st["failed_gold"] == 0
     assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
     assert sum(st["answer_types"].values()) == st["tasks"]
-    assert sum(s["tasks"] for s in st["splits"].values()) == st["tasks"]
+    assert sum(s["tasks"] for s in st["splits"].values()) == st["tasks"]  # train and test share databases
+    assert set(st["splits"]) == {"train", "test", "validation", "dev"}
     assert 0 < st["shares"]["budget_sensitive"] < 1 and st["largest_table_rows"] >= 10_000
     assert {"gold_exceeds_XS", "naive_exceeds_XS", "gold_exceeds_S", "naive_exceeds_S"} <= set(st["measured"])
     assert st["database_bytes"] == sum(p.stat().st_size for p in (demo_small / "databases").rglob("*.sqlite"))

@@ -76,7 +76,7 @@ def test_execute_then_answer_is_a_budgeted_success(make_env, task):
     r = act(env, AnswerAction("scalar", (120,), ("E1",)))
     assert r.terminated and not r.truncated and r.reward == 1.0
     s = env.summary()
-    assert s.correct and s.feasible and s.success and s.failure == "" and s.evidence_score == 1.0
+    assert s.correct and s.feasible and s.success and s.failure == "" and s.evidence_score == 0.75  # uncorroborated
     assert s.queries == 1 and s.turns == 2 and not s.breach
     with pytest.raises(EnvStateError):
         act(env, Abstain("again"))
@@ -191,7 +191,7 @@ def test_compress_shows_profile_and_discard_blocks_restore(make_env, task):
     r = act(env, ManageEvidence("restore", "E1"))
     assert "refused" in r.observation and "discarded" in r.observation and not r.info["context_rewritten"]
     r = act(env, AnswerAction("list", ("x",), ("E1",)))
-    assert env.summary().evidence_score == 0.25  # provenance only: the discarded citation is invalid
+    assert env.summary().evidence_score == 0.0  # the discarded citation is invalid and supports nothing
 
 
 def test_write_is_rejected_and_costs_no_query(make_env, task):

@@ -13,9 +13,13 @@ from bapsql.env.scoring import (
     answer_from_rows,
     answer_shape_ok,
     answers_match,
+    citation_precision,
     evidence_breakdown,
     evidence_score,
+    independent,
     is_ordered_sql,
+    normalize_sql,
+    rows_signature,
 )
 from bapsql.types import Answer
 
@@ -162,17 +166,26 @@ def test_answer_from_rows_and_order():
 
 
 def _store(*blocks):
+    """Blocks as (columns, rows, truncated) or (columns, rows, truncated, sql); the SQL defaults to one per block,
+    so blocks differ in SQL unless a test says otherwise."""
     store = EvidenceStore()
-    for cols, rows, truncated in blocks:
-        store.add(sql="SELECT 1", columns=cols, rows=rows, status="truncated" if truncated else "ok",
-                  truncated=truncated, truncated_by="rows" if truncated else None,
-                  rows_total=len(rows) + (5 if truncated else 0), result_tokens=10, turn=1)
+    for i, (cols, rows, truncated, *sql) in enumerate(blocks):
+        store.add(sql=sql[0] if sql else f"SELECT {cols[0]} FROM t{i + 1}", columns=cols, rows=rows,
+                  status="truncated" if truncated else "ok", truncated=truncated,
+                  truncated_by="rows" if truncated else None, rows_total=len(rows) + (5 if truncated else 0),
+                  result_tokens=10, turn=1)
     return store
 
 
-def test_evidence_full_score_from_one_complete_block():
+def _parts(b):
+    return (b.valid_citations, b.provenance, b.support, b.corroboration, b.precision)
+
+
+def test_evidence_one_complete_block_supports_but_does_not_corroborate():
     store = _store((("n",), [(42,)], False))
-    assert evidence_score(S(42), ["E1"], store) == 1.0
+    b = evidence_breakdown(S(42), ["E1"], store)
+    assert _parts(b) == (0.25, 0.25, 0.25, 0.0, 1.0) and b.total == 0.75
+    assert evidence_score(S(42), ["E1"], store) == 0.75
 
 
 def test_evidence_no_citations_scores_zero():
@@ -184,6 +197,7 @@ def test_evidence_unknown_or_discarded_citation_loses_validity():
     store = _store((("n",), [(42,)], False))
     b = evidence_breakdown(S(42), ["E1", "E9"], store)
     assert b.valid_citations == 0 and b.provenance == 0 and b.support == 0.25
+    assert b.precision == 0.5 and b.total == 0.125  # the unknown id is a cited result that supports nothing
     store.apply("discard", "E1")
     b = evidence_breakdown(S(42), ["E1"], store)
     assert b.valid_citations == 0 and b.provenance == 0.25 and b.support == 0 and b.corroboration == 0
@@ -195,15 +209,62 @@ def test_evidence_support_only_from_visible_rows():
     b = evidence_breakdown(S(42), ["E1"], store)
     assert (b.valid_citations, b.provenance, b.support, b.corroboration) == (0.25, 0.25, 0.0, 0.0)
     store.apply("restore", "E1")
-    assert evidence_score(S(42), ["E1"], store) == 1.0
+    assert evidence_score(S(42), ["E1"], store) == 0.75
 
 
-def test_evidence_truncated_block_needs_corroboration():
-    store = _store((("name",), [("a",), ("b",)], True), (("name",), [("b",), ("a",)], True))
+def test_evidence_corroboration_needs_an_independent_block():
+    # the count 3 is a cell of E1 and the row count of the complete detail block E2: two different results
+    store = _store((("n",), [(3,)], False, "SELECT COUNT(*) FROM t"),
+                   (("x",), [(1,), (2,), (4,)], False, "SELECT x FROM t"),
+                   (("n",), [(3,)], False, "select  count(*)\nFROM t ;"),  # E1 again, other layout
+                   (("n",), [(3,)], False, "SELECT * FROM (SELECT COUNT(*) FROM t) AS corroboration"))
+    assert _parts(evidence_breakdown(S(3), ["E1", "E2"], store)) == (0.25, 0.25, 0.25, 0.25, 1.0)
+    assert evidence_score(S(3), ["E1", "E2"], store) == 1.0
+    assert evidence_score(S(3), ["E1", "E3"], store) == 0.75  # the same SQL twice
+    assert evidence_score(S(3), ["E1", "E4"], store) == 0.75  # a cosmetic rewrite with the same rows
+    assert evidence_score(S(3), ["E1", "E3", "E4"], store) == 0.75
+
+
+def test_evidence_truncations_of_one_query_do_not_corroborate():
+    store = _store((("name",), [("a",), ("b",)], True, "SELECT name FROM p"),
+                   (("name",), [("b",), ("c",)], True, "SELECT name FROM p;"),
+                   (("name",), [("b",), ("a",), ("d",)], True, "SELECT name FROM p ORDER BY name"))
     one = evidence_breakdown(L("a", "b"), ["E1"], store)
     assert one.support == 0.25 and one.corroboration == 0.0
-    two = evidence_breakdown(L("a", "b"), ["E1", "E2"], store)
-    assert two.corroboration == 0.25
+    assert evidence_breakdown(L("a", "b"), ["E1", "E2"], store).corroboration == 0.0  # same SQL, other rows
+    three = evidence_breakdown(L("a", "b"), ["E1", "E3"], store)  # other SQL and other rows: independent
+    assert three.corroboration == 0.25 and three.total == 1.0
+
+
+def test_evidence_unsupporting_citations_lower_precision():
+    store = _store((("n",), [(42,)], False), (("n",), [(99,)], False), (("m",), [(7,)], False))
+    assert evidence_breakdown(S(42), ["E1", "E2"], store).precision == 0.5
+    assert evidence_score(S(42), ["E1", "E2"], store) == pytest.approx(0.5 * 0.75)
+    assert evidence_score(S(42), ["E1", "E2", "E3"], store) == pytest.approx(0.75 / 3)
+    b = evidence_breakdown(S(42), ["E2"], store)  # valid, ran fine, supports nothing
+    assert _parts(b) == (0.25, 0.25, 0.0, 0.0, 0.0) and b.total == 0.0
+
+
+def test_evidence_partial_corroboration_is_a_share():
+    store = _store((("x",), [(1,), (2,)], False, "SELECT x FROM a"), (("x",), [(1,)], False, "SELECT x FROM a WHERE x = 1"))
+    b = evidence_breakdown(L(1, 2), ["E1", "E2"], store)
+    assert _parts(b) == (0.25, 0.25, 0.25, 0.125, 1.0) and b.total == 0.875
+
+
+def test_evidence_empty_answer():
+    store = _store((("x",), [], False), (("x",), [(5,)], False))
+    assert _parts(evidence_breakdown(L(), ["E1"], store)) == (0.25, 0.25, 0.25, 0.0, 1.0)
+    assert evidence_breakdown(L(), ["E1", "E2"], store).precision == 0.5
+
+
+def test_independence_and_its_parts():
+    store = _store((("n",), [(1,), (2,)], False, "SELECT a FROM t"), (("m",), [(2,), (1.0,)], False, "SELECT b FROM t"),
+                   (("n",), [(3,)], False, "SELECT  a FROM t;"))
+    e1, e2, e3 = store.blocks
+    assert normalize_sql("SELECT  a\nFROM t ;") == normalize_sql("select a from t") == "select a from t"
+    assert rows_signature(e1.rows) == rows_signature(e2.rows)  # order, column names and 1 vs 1.0 do not matter
+    assert not independent(e1, e2) and not independent(e1, e3) and independent(e2, e3)
+    assert citation_precision([], set()) == 0.0 and citation_precision(["a", "b", "a"], {"a"}) == 0.5
 
 
 def test_evidence_partial_support_and_aggregates():
@@ -226,5 +287,60 @@ def test_evidence_score_bounds_and_determinism():
     store = _store((("x",), [(1,), (2,)], False), (("x",), [(2,)], True))
     scores = {evidence_score(L(1, 2), ["E1", "E2"], store) for _ in range(3)}
     assert len(scores) == 1 and 0.0 <= scores.pop() <= 1.0
-    assert evidence_score(None, ["E1"], store) == 0.5
+    assert evidence_score(None, ["E1"], store) == 0.0
+    assert evidence_breakdown(None, ["E1"], store).valid_citations == 0.25
     assert not math.isnan(evidence_score(S(float("nan")), ["E1"], store))
+
+
+# Random stores: blocks over three SQL texts with small integer rows, some archived or discarded.
+_block = st.tuples(st.integers(0, 2), st.lists(st.integers(0, 5), max_size=4), st.booleans(),
+                   st.sampled_from(["visible", "visible", "archived", "discarded"]))
+_answers = st.one_of(st.integers(0, 6).map(S), st.lists(st.integers(0, 6), min_size=1, max_size=3).map(lambda v: L(*v)))
+
+
+def _random_store(blocks):
+    store = EvidenceStore()
+    for sql_id, rows, truncated, _ in blocks:
+        _add(store, f"SELECT v FROM t{sql_id}", [(v,) for v in rows], truncated)
+    for i, (*_, state) in enumerate(blocks):
+        if state != "visible":
+            store.apply("archive" if state == "archived" else "discard", f"E{i + 1}")
+    return store
+
+
+def _add(store, sql, rows, truncated):
+    return store.add(sql=sql, columns=("v",), rows=rows, status="truncated" if truncated else "ok",
+                     truncated=truncated, truncated_by="rows" if truncated else None, rows_total=len(rows),
+                     result_tokens=5, turn=1)
+
+
+@given(st.lists(_block, min_size=1, max_size=5), _answers, st.data())
+@settings(max_examples=300, deadline=None)
+def test_adding_a_citation_that_supports_nothing_never_raises_e(blocks, answer, data):
+    store = _random_store(blocks)
+    refs = [b.ref for b in store.blocks]
+    cited = data.draw(st.lists(st.sampled_from(refs), max_size=4))
+    extra = data.draw(st.sampled_from(refs + ["E99"]))
+    if extra != "E99" and evidence_breakdown(answer, [extra], store).support > 0:
+        return  # the extra block supports a value: not the case under test
+    before = evidence_breakdown(answer, cited, store)
+    after = evidence_breakdown(answer, cited + [extra], store)
+    assert after.total <= before.total + 1e-12
+    assert 0.0 <= after.total <= 1.0 and after.corroboration <= before.corroboration + 1e-12
+
+
+@given(st.lists(_block, min_size=1, max_size=5), _answers, st.data())
+@settings(max_examples=300, deadline=None)
+def test_duplicating_a_block_never_adds_corroboration(blocks, answer, data):
+    store = _random_store(blocks)
+    refs = [b.ref for b in store.blocks]
+    cited = data.draw(st.lists(st.sampled_from(refs), min_size=1, max_size=4))
+    original = store.get(data.draw(st.sampled_from(refs)))
+    before = evidence_breakdown(answer, cited + [original.ref], store)
+    layout = data.draw(st.sampled_from(["", " ", ";", "\n"]))  # the same SQL, however laid out
+    dup = _add(store, original.sql.lower() + layout, list(reversed(original.rows)), original.truncated)
+    if original.state != "visible":
+        store.apply("archive" if original.state == "archived" else "discard", dup.ref)
+    after = evidence_breakdown(answer, cited + [original.ref, dup.ref], store)
+    assert after.corroboration == before.corroboration
+    assert after.total == pytest.approx(before.total)

@@ -50,6 +50,6 @@ def test_gold_sql_then_answer_succeeds_on_spider(make_env):
         assert s.peak_context <= budget.context_tokens and s.result_tokens <= budget.result_tokens
         if s.success:
             successes += 1
-            assert s.evidence_score == 1.0  # one complete visible block shows every value
+            assert s.evidence_score == 0.75  # one complete visible block shows every value; no corroboration
     assert complete >= len(tasks) // 2
     assert successes == complete  # an untruncated gold result, answered as shown, is always correct

@@ -77,7 +77,8 @@ def test_verify_answer_cites_two_blocks_when_the_budget_allows(play, mini_tasks)
     got = play("workflow.verify_answer", mini_tasks["shop-00"], "L")
     assert got.actions == ["execute_query", "execute_query", "answer"]
     assert parse_action(got.completions[-1]).citations == ("E1", "E2")
-    assert got.summary.evidence_score == pytest.approx(1.0)
+    # re-running the gold SQL as a derived table returns the same rows: not independent corroboration
+    assert got.summary.evidence_score == pytest.approx(0.75)
     assert play("workflow.verify_answer", mini_tasks["shop-00"], "XS").actions == ["execute_query", "answer"]
 
 
