@@ -44,7 +44,7 @@ def test_methods_are_canonicalized_and_defaults_apply(tmp_path):
     assert load_experiment(_write(tmp_path, BASE), out_dir="x/{run}-2").run_dir == Path("x/t-2")
     assert cfg.reference is None  # the analysis compares against nothing unless told
     named = load_experiment(_write(tmp_path, {**BASE, "reference": "workflow:estimate_rewrite"}))
-    assert named.reference == "workflow.estimate_rewrite"  # canonicalized like the methods
+    assert named.reference == "workflow.estimate_rewrite@full"  # canonicalized like the methods
 
 
 @pytest.mark.parametrize("patch,where", [

@@ -92,7 +92,8 @@ def synthetic_run(spec: SyntheticSpec) -> tuple[pa.Table, pa.Table]:
             cols = {
                 "schema_version": np.full(n, SCHEMA_VERSION, np.int16), "run": np.full(n, spec.run, object),
                 "episode_id": episode_ids, "group_id": episode_ids, "sample": np.zeros(n, np.int32),
-                "method": np.full(n, method, object), "budget": np.full(n, level, object), "seed": seed_col,
+                "method": np.full(n, method, object), "condition": np.full(n, method.partition("@")[2] or None, object),
+                "budget": np.full(n, level, object), "seed": seed_col,
                 "task_id": task_ids, "db_id": db_ids, "answer": np.full(n, None, object),
                 "gold": np.full(n, None, object), "correct": success, "feasible": np.ones(n, bool),
                 "success": success, "official_ex": success | (rng.random(n) < 0.15),
@@ -118,7 +119,7 @@ def _turns(rng: np.random.Generator, ep: dict, n_turns: np.ndarray) -> pa.Table:
     idx = np.repeat(np.arange(n_turns.size), n_turns)
     m = idx.size
     turn_no = np.arange(m) - np.repeat(np.cumsum(n_turns) - n_turns, n_turns)
-    cols = {k: ep[k][idx] for k in ("method", "budget", "seed", "task_id", "db_id", "episode_id")}
+    cols = {k: ep[k][idx] for k in ("method", "condition", "budget", "seed", "task_id", "db_id", "episode_id")}
     sigma = 0.8
     estimates = {}
     for name, scale in (("rows", 50.0), ("result_tokens", 120.0), ("vm_steps", 5e4)):

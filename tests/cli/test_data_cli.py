@@ -16,7 +16,7 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli_demo") / "bench"
     res = CliRunner().invoke(cli, ["data", "build-demo", "--scale", "small", "--out", str(out), "--workers", "1"])
     assert res.exit_code == 0, res.output
-    assert "wrote 10 databases" in res.output
+    assert "wrote 14 databases" in res.output
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -22,9 +24,13 @@ def bench(tmp_path_factory):
 def test_policies_lists_every_name():
     res = CliRunner().invoke(cli, ["policies"])
     assert res.exit_code == 0
-    for name in ("workflow.estimate_rewrite", "scripted.drafter@raw", "scripted.drafter@dashboard", "scripted.drafter@adaptive_posthoc",
-                 "shuffled_estimate", "no_interface", "deterministic_rewrite"):
-        assert name in res.output
+    names = [line.split()[0] for line in res.output.splitlines() if line.strip()]
+    assert "workflow.estimate_rewrite" in names and "scripted.drafter" in names and len(names) == 10
+    conds = CliRunner().invoke(cli, ["conditions"])
+    assert conds.exit_code == 0
+    presets = [line.split()[0] for line in conds.output.splitlines() if line.strip()]
+    assert presets == ["raw", "dashboard", "adaptive_posthoc", "full", "no_planning", "no_interface",
+                       "shuffled_estimate", "no_rewrite", "deterministic_rewrite", "no_abstention"]
 
 
 def test_eval_writes_parquet_and_prints_a_table(bench, tmp_path):
@@ -41,12 +47,17 @@ def test_eval_writes_parquet_and_prints_a_table(bench, tmp_path):
     assert again.exit_code == 0 and "(24 already there)" in again.output
 
 
-def test_eval_with_intervention_option(bench, tmp_path):
+def test_eval_with_condition_option_records_the_calibration(bench, tmp_path):
     res = CliRunner().invoke(cli, ["eval", "--benchmark", str(bench), "--policy", "workflow:estimate_rewrite",
-                                   "--intervention", "shuffled_estimate", "--budgets", "XS", "--out",
+                                   "--condition", "shuffled_estimate", "--budgets", "XS", "--out",
                                    str(tmp_path / "r"), "--limit", "2"])
     assert res.exit_code == 0, res.output
-    assert set(read_episodes(tmp_path / "r")["method"]) == {"workflow.estimate_rewrite@shuffled_estimate"}
+    eps = read_episodes(tmp_path / "r")
+    assert set(eps["method"]) == {"workflow.estimate_rewrite@shuffled_estimate"}
+    assert set(eps["condition"]) == {"shuffled_estimate"}
+    record = json.loads((tmp_path / "r" / "sweep.json").read_text())
+    assert record["methods"] == ["workflow.estimate_rewrite@shuffled_estimate"]
+    assert record["calibration"] is None and len(record["calibration_sha256"]) == 64
 
 
 @pytest.mark.parametrize("args,needle", [

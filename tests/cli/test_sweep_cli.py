@@ -31,7 +31,7 @@ def test_sweep_runs_logs_and_resumes(config, tmp_path):
     assert res.exit_code == 0, res.output
     assert "8 episodes logged" in res.output and "bapsql analyze" in res.output
     eps = read_episodes(out)
-    assert len(eps) == 8 and set(eps["method"]) == {"workflow.estimate_rewrite", "scripted.drafter@raw"}
+    assert len(eps) == 8 and set(eps["method"]) == {"workflow.estimate_rewrite@full", "scripted.drafter@raw"}
     assert json.loads((out / "sweep.json").read_text())["episodes_run"] == 8
     again = runner.invoke(cli, ["sweep", str(config), "--out", str(out), "--local"])
     assert again.exit_code == 0 and "0 episodes logged" in again.output and "8 already there" in again.output
