@@ -53,8 +53,8 @@ def test_a_sweep_with_a_killed_env_worker_and_engine_actor_writes_every_episode_
         if "env" not in kills and done >= 10 and ("env", 0) in pending:
             be.kill(("env", 0))  # ray.kill(actor, no_restart=False): Ray restarts it
             kills.append("env")
-        if "engine" not in kills and done >= 10 and ("engine", "model.tiny", 0) in pending:
-            be.kill(("engine", "model.tiny", 0))
+        if "engine" not in kills and done >= 10 and ("engine", "model.tiny@full", 0) in pending:
+            be.kill(("engine", "model.tiny@full", 0))
             kills.append("engine")
 
     s = run_sweep(cfg, out_dir=tmp_path / "run", on_progress=on_progress)
@@ -62,7 +62,7 @@ def test_a_sweep_with_a_killed_env_worker_and_engine_actor_writes_every_episode_
     assert sorted(kills) == ["engine", "env"]
     assert s.result.restarts.get("env", 0) >= 1 and s.result.restarts.get("engine", 0) >= 1
     assert s.result.reruns >= 1 and s.result.episodes_run == len(eps)
-    model = eps[eps.method == "model.tiny"]
+    model = eps[eps.method == "model.tiny@full"]
     assert len(model) == 24 and (model["turns"] >= 1).all()
     assert s.result.generated_tokens > 0
     record = json.loads((tmp_path / "run" / "sweep.json").read_text())
