@@ -130,7 +130,7 @@ def _print_stats(st) -> None:
 @_CACHE
 def catalog_cmd(benchmark: Path, seed: int, cache_dir: Path | None) -> None:
     """Build (or reuse) the cached catalog of every database of a benchmark."""
-    from bapsql.db.catalog import load_or_build_catalog
+    from bapsql.db.catalog_cache import load_or_build_catalog
     from bapsql.errors import BapsqlError
 
     bench = _load(benchmark, seed, cache_dir)

@@ -229,20 +229,20 @@ def integrity_check(path: str | Path, *, full: bool = False, max_errors: int = 1
 
 def data_fingerprint(conn: apsw.Connection) -> dict[str, Any]:
     """A cheap identity of the data ``conn`` sees (call inside one read transaction on a connection without the
-    sandbox's authorizer): a SHA-256 of the schema, the page and free-page counts, and for every rowid table its
-    largest rowid (a B-tree descent, not a scan; inserts move it). In-place updates that change neither pages nor
-    rowids go unnoticed: the fingerprint is for statistics, which such updates barely move."""
+    sandbox's authorizer): a SHA-256 of the schema, the page and free-page counts, and per table its largest rowid
+    (a B-tree descent, not a scan; inserts move it) or, for WITHOUT ROWID tables, its row count (a scan of that
+    table). An in-place update that changes neither pages nor rowids goes unnoticed: the fingerprint guards
+    statistics, which such updates barely move. (The header's change counter is not used: it is not kept in WAL
+    mode, and reading the file beside SQLite would drop SQLite's POSIX locks on it.)"""
     schema = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name").fetchall()
     rows: dict[str, int | None] = {}
     for typ, name, _tbl, sql in schema:
-        text = (sql or "").upper()
+        text = " ".join((sql or "").upper().split())
         if typ != "table" or name.startswith("sqlite_") or text.startswith("CREATE VIRTUAL"):
             continue
-        if "WITHOUT ROWID" in " ".join(text.split()):
-            rows[name] = None
-            continue
         quoted = '"' + name.replace('"', '""') + '"'
-        rows[name] = conn.execute(f"SELECT max(_rowid_) FROM {quoted}").fetchall()[0][0]
+        probe = "count(*)" if "WITHOUT ROWID" in text else "max(_rowid_)"
+        rows[name] = conn.execute(f"SELECT {probe} FROM {quoted}").fetchall()[0][0]
     return {
         "schema_sha256": hashlib.sha256(repr(schema).encode()).hexdigest(),
         "page_count": conn.execute("PRAGMA page_count").fetchall()[0][0],
