@@ -63,9 +63,8 @@ def inspect_file(path: str | Path) -> FileState:
         raise DatabaseError(f"database file not found: {p}")
     try:
         size = p.stat().st_size
-        with open(p, "rb") as f:
-            head = f.read(100)
-    except OSError as exc:
+        head = read_header(p, min(size, 100))
+    except (OSError, apsw.Error) as exc:
         raise DatabaseError(f"cannot read {p}: {exc}; check the file's permissions") from exc
     if size and (len(head) < 100 or not head.startswith(_MAGIC)):
         raise DatabaseError(f"{p} is not a SQLite database (its header is not 'SQLite format 3'); it may be "
@@ -76,6 +75,18 @@ def inspect_file(path: str | Path) -> FileState:
         journal=journal.is_file() and journal.stat().st_size > 0,
         wal_file=p.with_name(p.name + "-wal").is_file(), folder_writable=os.access(p.parent, os.W_OK),
     )
+
+
+def read_header(path: Path, n: int) -> bytes:
+    """The first ``n`` bytes of a database file, read through SQLite's own file layer: closing a plain Python file
+    on it would drop every POSIX lock this process's SQLite connections hold on it (SQLite's VFS defers that close)."""
+    if n <= 0:
+        return b""
+    f = apsw.VFSFile("", str(path), [apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_READONLY, 0])
+    try:
+        return f.xRead(n, 0)
+    finally:
+        f.xClose()
 
 
 def readonly_uri(state: FileState) -> str:

@@ -33,7 +33,8 @@
   call; ``last_wait_s`` is what the last call waited), and a hot journal or a damaged file is a `DatabaseError`
   naming the cause and the fix at open.
 - **Snapshots.** `begin_snapshot` opens one read transaction that every later statement reads from, until
-  `end_snapshot`: an episode's queries all see one committed state. In WAL mode writers keep committing meanwhile;
+  `end_snapshot`: an episode's queries all see one committed state. Episodes that overlap on one sandbox (model
+  rollouts interleave episodes on a worker) share that snapshot; it ends with the last of them. In WAL mode writers keep committing meanwhile;
   in rollback-journal mode the shared lock makes a writer's commit wait until the snapshot ends (SQLite cannot
   give a rollback-journal reader a stable view any other way), so keep WAL for databases that are written live.
 
@@ -102,6 +103,7 @@ class Sandbox:
         conn = connect_readonly(db_path, self.wait)  # DatabaseError (cause and fix) or DatabaseBusy
         self.path: Path = Path(conn.filename)
         self._trusted = False  # the sandbox's own BEGIN / COMMIT / PRAGMA pass the authorizer
+        self._holders = 0  # episodes sharing the open snapshot (begin_snapshot / end_snapshot)
         try:
             names = conn.execute("SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')").fetchall()
         except apsw.Error as exc:
@@ -310,13 +312,15 @@ class Sandbox:
             self._trusted = False
 
     def begin_snapshot(self, *, deadline: float | None = None) -> float:
-        """Open the read transaction every later statement reads from (until `end_snapshot`) and return the seconds
-        waited for a writer's lock. ``deadline`` (``time.monotonic()``) cuts the busy timeout to what the request may
-        still spend. Raises `DatabaseBusy` when the lock stayed held for the whole wait (no snapshot is open then).
-        A no-op returning 0.0 inside a snapshot."""
+        """Join (or open) the read transaction every later statement reads from, and return the seconds waited for
+        a writer's lock. Holders are counted: episodes that overlap on one sandbox share its snapshot, which ends
+        when the last of them calls `end_snapshot`. ``deadline`` (``time.monotonic()``) cuts the busy timeout to
+        what the request may still spend. Raises `DatabaseBusy` when the lock stayed held for the whole wait (the
+        caller holds nothing then)."""
         if self._active is not None:
             raise RuntimeError("a RowStream is still open on this Sandbox; close it before starting a snapshot")
-        if self.in_snapshot:
+        if self._holders > 0 and self.in_snapshot:
+            self._holders += 1
             return 0.0
         self.wait.deadline = deadline
         self.wait.arm()
@@ -329,14 +333,19 @@ class Sandbox:
         except apsw.Error as exc:
             self._end()
             raise SQLExecutionError(message_of(exc, self.path)) from None
+        finally:
+            self.wait.deadline = None
+        self._holders = 1
         return self.wait.waited_s
 
     def end_snapshot(self) -> None:
-        """End the snapshot's read transaction (idempotent); later statements each read the newest committed state."""
-        if self._active is not None:
-            self._active.close()
-        self.wait.deadline = None
-        self._end()
+        """Leave the snapshot; the last holder ends its read transaction, after which statements each read the
+        newest committed state. Call once per successful `begin_snapshot`."""
+        self._holders = max(0, self._holders - 1)
+        if self._holders == 0:
+            if self._active is not None:
+                self._active.close()
+            self._end()
 
     def _end(self) -> None:
         if self.in_snapshot:

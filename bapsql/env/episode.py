@@ -51,6 +51,7 @@ from bapsql.env.actions import (
 from bapsql.env.evidence import EvidenceBlock, EvidenceStore, Profile
 from bapsql.env.handles import DatabaseHandles
 from bapsql.env.ledger import Ledger
+from bapsql.env.live import EpisodeSnapshot
 from bapsql.env.outcome import gold_answer, summarize
 from bapsql.env.records import EnvOptions, EpisodeSummary, StepResult, TurnDraft, TurnRecord
 from bapsql.env.scoring import answers_match
@@ -80,7 +81,11 @@ class BudgetedSQLEnv:
         ``seed`` only seeds the placebo's draws (``estimate_view="shuffled"``); the environment is deterministic."""
         self._task = None  # a failed reset leaves no half-started episode behind
         self._seed, self._draws = int(seed), 0
+        if getattr(self, "_snapshot", None) is not None:  # live databases: an unfinished previous episode's hold
+            self._snapshot.release()
         self._handle = self.handles.get(task.db_path)
+        self._snapshot = EpisodeSnapshot(self._handle.sandbox, busy_timeout_s=self.options.busy_timeout_s,
+                                         request_wall_s=self.options.request_wall_s)
         self._task, self._budget = task, budget
         self._ledger = Ledger(budget)
         self._store = EvidenceStore()
@@ -325,6 +330,8 @@ class BudgetedSQLEnv:
         if rem.vm_steps == 0:
             turn.status, turn.message = "rejected", "no VM steps left"
             return turn, self._show(render.no_vm_steps_left(name))
+        if self._busy(turn):
+            return turn, self._show(render.busy_observation(turn.action, turn.message))
         true_est = self._handle.estimator.estimate(action.sql, vm_step_cap=rem.vm_steps)
         self._ledger.charge_probe(vm_steps=true_est.probe_vm_steps)
         if rewrite:
@@ -379,6 +386,8 @@ class BudgetedSQLEnv:
             led.record_rejection()
             turn.status, turn.message = "rejected", "no queries left"
             return turn, self._show(render.no_query_left())
+        if self._busy(turn):
+            return turn, self._show(render.busy_observation(turn.action, turn.message))
         est = handle.estimator.estimate(sql, vm_step_cap=rem.vm_steps)
         caps = led.caps(context_reserve=self._exec_framing(len(est.columns)), rows=opt.row_cap, bytes=opt.byte_cap)
         if caps.result_tokens == 0 and caps.vm_steps > 0 and not est.error:
@@ -395,6 +404,7 @@ class BudgetedSQLEnv:
         if res.status == "rejected" or (res.status == "error" and res.cost.vm_steps == 0):
             if res.status == "rejected":
                 led.record_rejection()
+                led.charge_probe(vm_steps=res.cost.vm_steps)  # a lock lost mid-run (busy) still spent its steps
             return turn, self._show(render.shield_observation(res))
         led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=res.cost.result_tokens)
         if res.status == "error":
@@ -454,8 +464,20 @@ class BudgetedSQLEnv:
         return turn, self._show(render.evidence_observation(check, block, charged=need))
 
     # -- bookkeeping -----------------------------------------------------------------------------------------------
+    def _busy(self, turn: TurnDraft) -> bool:
+        """Live databases (`bapsql.env.live`): hold the episode's read snapshot before its first database action.
+        True when a writer's lock outlasted the bounded wait: the turn is then a 'database busy' rejection."""
+        waited, busy = self._snapshot.join()
+        turn.db_wait_s += waited
+        if busy is None:
+            return False
+        self._ledger.record_rejection()
+        turn.status, turn.message = "rejected", busy
+        return True
+
     def _finish(self, *, terminated: bool = False, truncated: bool = False) -> None:
         self._done, self.terminated, self.truncated = True, terminated, truncated
+        self._snapshot.release()
 
     def _feasible(self) -> bool:
         return self._ledger.feasible and not self._shield_breach

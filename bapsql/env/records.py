@@ -30,6 +30,9 @@ class EnvOptions:
     for computing a task's gold answer from its gold SQL when the task carries none (never charged).
     ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the cost-matched placebo) shows another
     query's p50/p95 drawn from a seeded pool, while the shield's preflight and every charge keep the true estimate.
+    ``busy_timeout_s``: how long a database action waits for another program's write lock before the turn becomes
+    a 'database busy' rejection; ``request_wall_s``: the wall time one episode (e.g. a served request) may spend,
+    which cuts every such wait to what is left of it (None: no limit). See `bapsql.env.live`.
     """
 
     completion_reserve: int = 64
@@ -39,8 +42,15 @@ class EnvOptions:
     allowed_actions: tuple[str, ...] = TOOL_NAMES
     gold_vm_step_cap: int = 200_000_000
     estimate_view: str = "true"
+    busy_timeout_s: float = 3.0
+    request_wall_s: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("busy_timeout_s", "request_wall_s"):
+            v = getattr(self, name)
+            if (v is not None or name == "busy_timeout_s") and (
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+                raise ConfigError(f"env.{name}: must be a non-negative number of seconds, got {v!r}")
         if self.estimate_view not in ("true", "shuffled"):
             raise ConfigError(f"env.estimate_view: must be 'true' or 'shuffled', got {self.estimate_view!r}")
         for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap"):
@@ -104,6 +114,7 @@ class TurnRecord:
     prompt_tokens: int
     completion_tokens: int
     message: str = ""
+    db_wait_s: float = 0.0  # seconds this turn waited for another program's lock on the database
 
     def to_row(self) -> dict:
         """The turns-table columns this record fills (without ``message``): a shallow read, per turn logged."""
@@ -178,6 +189,7 @@ class TurnDraft:
     warning: bool = False
     ref: str | None = None
     rewritten: bool = False
+    db_wait_s: float = 0.0  # lock waits outside the shield (joining the episode's snapshot)
 
     def info(self, snap: "LedgerSnapshot", *, max_completion_tokens: int, terminated: bool, truncated: bool) -> dict:
         """The step's ``info`` dict (estimate and shield results as plain dicts)."""
@@ -215,4 +227,5 @@ class TurnDraft:
             result_tokens_before=before.spent.result_tokens, result_tokens_after=after.spent.result_tokens,
             vm_steps_before=before.spent.vm_steps, vm_steps_after=after.spent.vm_steps,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, message=self.message,
+            db_wait_s=round(self.db_wait_s + (getattr(res, "wait_s", 0.0) if res is not None else 0.0), 6),
         )
