@@ -2,7 +2,10 @@
 
 `DatabaseHandles.get(path)` opens a `bapsql.db.handle.DatabaseHandle` (sandbox, catalog, estimator, shield) on
 first use and keeps it open; beyond ``max_open`` handles the least recently used one is closed. One cache serves
-many episodes over the same databases; it is not thread-safe (one per worker).
+many episodes over the same databases; it is not thread-safe (one per worker). A database that other programs
+write is checked at every `get` (a file stamp, then the data fingerprint; `bapsql.db.catalog_cache`): once its data
+drifted past ``catalog_tolerance`` (or its schema changed) the handle is reopened and its catalog rebuilt, with a
+log line saying why; a handle holding an episode's snapshot is never reopened under it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class DatabaseHandles:
         calibration: "Calibration | None" = None,
         cache_dir: Path | None = None,
         max_open: int = 16,
+        catalog_tolerance: float = 0.05,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be at least 1, got {max_open}")
@@ -35,6 +39,7 @@ class DatabaseHandles:
         self.calibration = calibration
         self.cache_dir = cache_dir
         self.max_open = max_open
+        self.catalog_tolerance = catalog_tolerance
         self._open: OrderedDict[str, DatabaseHandle] = OrderedDict()
 
     def get(self, db_path: str | Path) -> "DatabaseHandle":
@@ -43,11 +48,15 @@ class DatabaseHandles:
 
         key = str(Path(db_path).expanduser().resolve())
         handle = self._open.get(key)
+        if handle is not None and handle.stale(self.catalog_tolerance):
+            del self._open[key]
+            handle.close()
+            handle = None
         if handle is not None:
             self._open.move_to_end(key)
             return handle
         handle = open_database(key, token_counter=self.token_counter, calibration=self.calibration,
-                               cache_dir=self.cache_dir)
+                               cache_dir=self.cache_dir, catalog_tolerance=self.catalog_tolerance)
         self._open[key] = handle
         while len(self._open) > self.max_open:
             _, old = self._open.popitem(last=False)
