@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import apsw
 
 from bapsql.budgets import get_budget
 from bapsql.env.actions import AnswerAction, ExecuteQuery, render_action
@@ -64,9 +65,11 @@ class _Count(logging.Handler):
 
 
 def build(path: Path, rows: int, wal: bool) -> None:
-    con = sqlite3.connect(path)
-    con.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
-    con.executescript(f"""
+    # apsw, not stdlib sqlite3, for in-process access: a second SQLite library closing its file on the database would
+    # drop the POSIX locks the environment's (apsw) connections hold on it.
+    con = apsw.Connection(str(path))
+    con.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}").fetchall()
+    con.execute(f"""
         CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT, region TEXT);
         CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INTEGER, amount REAL, status TEXT);
         CREATE INDEX ix_orders_customer ON orders(customer_id);
@@ -76,15 +79,15 @@ def build(path: Path, rows: int, wal: bool) -> None:
         WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < {rows})
         INSERT INTO orders SELECT x, 1 + (x * 7919) % 2000, ((x * 2654435761) % 100000) / 100.0,
             CASE x % 3 WHEN 0 THEN 'paid' WHEN 1 THEN 'shipped' ELSE 'done' END FROM r;
-    """)
-    con.commit()
+    """).fetchall()
     con.close()
 
 
 def max_id(path: Path) -> int:
-    con = sqlite3.connect(path, timeout=30)
+    con = apsw.Connection(str(path))
+    con.set_busy_timeout(30_000)
     try:
-        return con.execute("SELECT max(id) FROM orders").fetchone()[0]
+        return con.execute("SELECT max(id) FROM orders").fetchall()[0][0]
     finally:
         con.close()
 

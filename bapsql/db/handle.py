@@ -50,11 +50,11 @@ class DatabaseHandle:
             current = full_fingerprint(self.path, self.sandbox.fingerprint())
         except DatabaseBusy:
             return False
-        self.stamp = stamp
         verdict = staleness(self.catalog.fingerprint, current, tolerance)
         if verdict.rebuild:
             log.warning("catalog of %s is stale, reopening: %s", self.path.name, verdict.reason)
             return True
+        self.stamp = stamp
         if verdict.reason and verdict.drift > 0 and verdict.reason != self._noted:
             log.info("catalog of %s kept: %s", self.path.name, verdict.reason)
             self._noted = verdict.reason

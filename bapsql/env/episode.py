@@ -43,6 +43,7 @@ from typing import Callable
 
 from bapsql.budgets import Budget
 from bapsql.db.rows import result_tokens
+from bapsql.db.shield import busy_result
 from bapsql.env import render
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, InvalidAction, ManageEvidence, RewriteQuery,
@@ -466,17 +467,20 @@ class BudgetedSQLEnv:
     # -- bookkeeping -----------------------------------------------------------------------------------------------
     def _busy(self, turn: TurnDraft) -> bool:
         """Live databases (`bapsql.env.live`): hold the episode's read snapshot before its first database action.
-        True when a writer's lock outlasted the bounded wait: the turn is then a 'database busy' rejection."""
+        True when a writer's lock outlasted the bounded wait: the turn is then a 'busy' rejection (a typed
+        ``rejected`` / ``busy`` shield result carrying the wait)."""
         waited, busy = self._snapshot.join()
-        turn.db_wait_s += waited
         if busy is None:
+            turn.db_wait_s += waited
             return False
         self._ledger.record_rejection()
-        turn.status, turn.message = "rejected", busy
+        turn.shield, turn.status, turn.message = busy_result(busy), "rejected", str(busy)
         return True
 
     def _finish(self, *, terminated: bool = False, truncated: bool = False) -> None:
         self._done, self.terminated, self.truncated = True, terminated, truncated
+        if self._snapshot.held:  # the gold answer is read from the snapshot the episode read (`bapsql.env.live`)
+            self._gold()
         self._snapshot.release()
 
     def _feasible(self) -> bool:

@@ -25,16 +25,16 @@ class EpisodeSnapshot:
         self.deadline = None if request_wall_s is None else time.monotonic() + request_wall_s
         self.held = False
 
-    def join(self) -> tuple[float, str | None]:
-        """(seconds waited, None) once the snapshot is held; (seconds waited, busy message) when a writer held its
-        lock for the whole bounded wait."""
+    def join(self) -> tuple[float, DatabaseBusy | None]:
+        """(seconds waited, None) once the snapshot is held; (seconds waited, the `DatabaseBusy`) when a writer held
+        its lock for the whole bounded wait."""
         if self.held:
             return 0.0, None
         self.sandbox.wait.timeout_s = self.busy_timeout_s
         try:
             waited = self.sandbox.begin_snapshot(deadline=self.deadline)
         except DatabaseBusy as exc:
-            return exc.waited_s, str(exc)
+            return exc.waited_s, exc
         self.held = True
         return waited, None
 

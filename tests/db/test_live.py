@@ -1,11 +1,12 @@
 """Live databases at the sandbox level (bapsql/db/dbfile.py, sandbox snapshots, catalog staleness): real writer
-processes in WAL and rollback-journal mode, hot journals, damaged files, schema changes."""
+processes in WAL and rollback-journal mode, hot journals, damaged files, schema changes. In-process writes use apsw:
+a second SQLite library in one process (stdlib sqlite3) closing its file would drop apsw's POSIX locks on it."""
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 
+import apsw
 import pytest
 
 from bapsql.db.catalog_cache import load_or_build_catalog, staleness
@@ -55,10 +56,9 @@ def test_wal_readers_neither_block_nor_wait_for_writers(tmp_path):
         try:
             assert sb.query(COUNT).rows == ((2_000,),) and sb.last_wait_s == 0
             sb.begin_snapshot()
-            w = sqlite3.connect(db, timeout=0)  # the snapshot does not block a second writer's commit either
             stop(proc)
+            w = apsw.Connection(str(db))  # the snapshot does not block a writer's commit either (no busy wait)
             w.execute("INSERT INTO item(v) VALUES ('after')")
-            w.commit()
             w.close()
             assert sb.query(COUNT).rows == ((2_000,),)  # still the snapshot's state
             sb.end_snapshot()
@@ -118,7 +118,7 @@ def test_a_hot_journal_is_named_at_open(tmp_path):
         assert "attempt to write a readonly database" not in text
     rep = integrity_check(db)
     assert not rep.ok and "hot rollback journal" in rep.problems[0]
-    sqlite3.connect(db).execute("SELECT count(*) FROM item").fetchall()  # a writer rolls the journal back
+    apsw.Connection(str(db)).execute("SELECT count(*) FROM item").fetchall()  # a writer rolls the journal back
     assert integrity_check(db).ok and Sandbox(db).query(COUNT).rows == ((20_000,),)
 
 
@@ -155,9 +155,8 @@ def test_a_schema_change_invalidates_the_catalog(tmp_path, caplog):
     with DatabaseHandles(RegexTokenCounter(), cache_dir=cache) as handles:
         first = handles.get(db)
         assert first.catalog.table_names == ("item",)
-        con = sqlite3.connect(db)
+        con = apsw.Connection(str(db))
         con.execute("CREATE TABLE extra (k INTEGER PRIMARY KEY, w TEXT)")
-        con.commit()
         con.close()
         with caplog.at_level(logging.INFO, logger="bapsql"):
             again = handles.get(db)
@@ -170,17 +169,16 @@ def test_data_drift_rebuilds_past_the_tolerance_and_says_so(tmp_path, caplog):
     db = make_db(tmp_path / "d.sqlite", wal=False, rows=1_000)
     cache = tmp_path / "cache"
     base = load_or_build_catalog(db, cache)
-    con = sqlite3.connect(db)
+    con = apsw.Connection(str(db))
     con.execute("INSERT INTO item(v) VALUES ('one more')")
-    con.commit()
     with caplog.at_level(logging.INFO, logger="bapsql"):
         kept = load_or_build_catalog(db, cache, tolerance=0.05)  # 0.1% more rows: kept, but logged
         assert kept.fingerprint == base.fingerprint
         assert any("reused" in r.getMessage() and "within" in r.getMessage() for r in caplog.records)
         strict = load_or_build_catalog(db, cache)  # tolerance 0: any change rebuilds
         assert strict.table("item").rows == 1_001
-    con.executemany("INSERT INTO item(v) VALUES (?)", [("more",)] * 500)
-    con.commit()
+    with con:
+        con.executemany("INSERT INTO item(v) VALUES (?)", [("more",)] * 500)
     con.close()
     with caplog.at_level(logging.INFO, logger="bapsql"):
         caplog.clear()

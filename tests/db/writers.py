@@ -45,7 +45,8 @@ os._exit(1)
 
 
 def make_db(path: Path, *, wal: bool, rows: int = 2_000) -> Path:
-    """item(id INTEGER PRIMARY KEY, v TEXT) with ``rows`` rows, in WAL or rollback-journal (DELETE) mode."""
+    """item(id INTEGER PRIMARY KEY, v TEXT) with ``rows`` rows, in WAL or rollback-journal (DELETE) mode. (A new
+    file: no apsw connection of this process holds locks on it yet.)"""
     con = sqlite3.connect(path)
     con.execute(f"PRAGMA journal_mode={'WAL' if wal else 'DELETE'}")
     con.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, v TEXT)")
