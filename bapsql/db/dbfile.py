@@ -35,7 +35,7 @@ import apsw
 from bapsql.errors import DatabaseBusy, DatabaseError
 
 DEFAULT_BUSY_TIMEOUT_S = 3.0  # what other text-to-SQL harnesses wait for a writer, roughly
-_BACKOFF_S = (0.001, 0.002, 0.005, 0.01)  # short polls: a busy writer leaves only brief gaps between commits
+_BACKOFF_S = (0.001, 0.002, 0.005)  # short polls: a busy writer leaves only brief gaps between commits
 _MAGIC = b"SQLite format 3\x00"
 
 

@@ -10,6 +10,7 @@ counter tools use when none is configured: the packaged tokenizer when it exists
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -38,14 +39,21 @@ class DatabaseHandle:
     shield: Shield
     stamp: tuple = field(default=())  # `file_stamp` when the catalog was last compared with the data
     _noted: str = ""  # the last within-tolerance drift that was logged
+    checked: float = float("-inf")  # time.monotonic() of the last fingerprint check
 
-    def stale(self, tolerance: float) -> bool:
+    def stale(self, tolerance: float, *, interval_s: float = 0.0) -> bool:
         """True when the data moved away from the catalog by more than ``tolerance`` (or the schema changed): the
-        caller should reopen. Cheap when the file and its ``-wal`` are untouched; outside an episode's snapshot.
-        A database too busy to fingerprint is not called stale (the next check tries again)."""
+        caller should reopen. Cheap when the file and its ``-wal`` are untouched; otherwise the data fingerprint is
+        read (one short read transaction), at most once per ``interval_s`` seconds: on a rollback-journal database
+        that a writer keeps busy, every extra shared lock costs a wait. Never inside an episode's snapshot. A
+        database too busy to fingerprint is not called stale (the next check tries again)."""
         stamp = file_stamp(self.path)
         if stamp == self.stamp or self.sandbox.in_snapshot:
             return False
+        now = time.monotonic()
+        if now - self.checked < interval_s:
+            return False
+        self.checked = now
         try:
             current = full_fingerprint(self.path, self.sandbox.fingerprint())
         except DatabaseBusy:

@@ -32,6 +32,9 @@ Rules (the ledger module states the accounting rules; this module applies them):
 - manage_evidence re-renders the block's original message in place (``info["context_rewritten"]``): archive →
   one-line stub, compress → profile (its tokens are controller tokens), discard → gone, restore → rows back,
   charging their result tokens again (refused if the result tokens or the context cannot take them).
+- Live databases (`bapsql.env.live`): the first database action opens the episode's read snapshot (all its queries
+  and its gold answer read one committed state); a writer's lock held past ``options.busy_timeout_s`` makes that turn
+  a ``busy`` rejection (no query charged), and the turn record carries the time waited (``db_wait_s``).
 - Reward: 1.0 for a budgeted success (correct and feasible) at termination, else 0.0.
 """
 

@@ -3,9 +3,10 @@
 `DatabaseHandles.get(path)` opens a `bapsql.db.handle.DatabaseHandle` (sandbox, catalog, estimator, shield) on
 first use and keeps it open; beyond ``max_open`` handles the least recently used one is closed. One cache serves
 many episodes over the same databases; it is not thread-safe (one per worker). A database that other programs
-write is checked at every `get` (a file stamp, then the data fingerprint; `bapsql.db.catalog_cache`): once its data
-drifted past ``catalog_tolerance`` (or its schema changed) the handle is reopened and its catalog rebuilt, with a
-log line saying why; a handle holding an episode's snapshot is never reopened under it.
+write is checked at every `get` (a file stamp, then — at most once per ``check_interval_s`` — the data fingerprint;
+`bapsql.db.catalog_cache`): once its data drifted past ``catalog_tolerance`` (or its schema changed) the handle is
+reopened and its catalog rebuilt, with a log line saying why; a handle holding an episode's snapshot is never
+reopened under it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class DatabaseHandles:
         cache_dir: Path | None = None,
         max_open: int = 16,
         catalog_tolerance: float = 0.05,
+        check_interval_s: float = 1.0,
         progress: "Callable[[int, int, str], None] | None" = None,
     ) -> None:
         if max_open < 1:
@@ -45,6 +47,7 @@ class DatabaseHandles:
         self.cache_dir = cache_dir
         self.max_open = max_open
         self.catalog_tolerance = catalog_tolerance
+        self.check_interval_s = check_interval_s
         self.progress = progress  # called per table while a catalog is (re)built: progress(done, total, table)
         self._open: OrderedDict[str, DatabaseHandle] = OrderedDict()
 
@@ -55,7 +58,7 @@ class DatabaseHandles:
 
         key = str(Path(db_path).expanduser().resolve())
         old = self._open.get(key)
-        if old is not None and not old.stale(self.catalog_tolerance):
+        if old is not None and not old.stale(self.catalog_tolerance, interval_s=self.check_interval_s):
             self._open.move_to_end(key)
             return old
         try:

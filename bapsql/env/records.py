@@ -46,11 +46,6 @@ class EnvOptions:
     request_wall_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("busy_timeout_s", "request_wall_s"):
-            v = getattr(self, name)
-            if (v is not None or name == "busy_timeout_s") and (
-                    isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
-                raise ConfigError(f"env.{name}: must be a non-negative number of seconds, got {v!r}")
         if self.estimate_view not in ("true", "shuffled"):
             raise ConfigError(f"env.estimate_view: must be 'true' or 'shuffled', got {self.estimate_view!r}")
         for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap"):
@@ -62,6 +57,11 @@ class EnvOptions:
             raise ConfigError(f"env.allowed_actions: unknown tool(s) {unknown}; known: {list(TOOL_NAMES)}")
         if not {"answer", "abstain"} & set(self.allowed_actions):
             raise ConfigError("env.allowed_actions: must include answer or abstain, or no episode can terminate")
+        for name in ("busy_timeout_s", "request_wall_s"):
+            v = getattr(self, name)
+            if (v is not None or name == "busy_timeout_s") and (
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+                raise ConfigError(f"env.{name}: must be a non-negative number of seconds, got {v!r}")
 
 
 @dataclass(frozen=True)

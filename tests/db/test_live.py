@@ -152,7 +152,7 @@ def test_busy_wait_is_cut_by_the_deadline():
 def test_a_schema_change_invalidates_the_catalog(tmp_path, caplog):
     db = make_db(tmp_path / "c.sqlite", wal=True)
     cache = tmp_path / "cache"
-    with DatabaseHandles(RegexTokenCounter(), cache_dir=cache) as handles:
+    with DatabaseHandles(RegexTokenCounter(), cache_dir=cache, check_interval_s=0) as handles:
         first = handles.get(db)
         assert first.catalog.table_names == ("item",)
         con = apsw.Connection(str(db))
