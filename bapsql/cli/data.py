@@ -3,6 +3,7 @@
 Contract (scripts rely on it): ``bapsql data stats --benchmark DIR --json`` prints ONE JSON object with at least
 ``databases``, ``tasks``, ``missing_databases`` (list), ``failed_gold`` (count) and ``answer_types`` (counts of
 ``scalar``, ``list``, ``ordered_list``). ``build-demo --out DIR`` writes a folder every ``--benchmark`` accepts.
+``check --db FILE [--json]`` verifies a file without writing (exit 0 sound, 1 problems listed, 2 locked by a writer).
 Bad input exits with a one-line error, never a traceback.
 """
 

@@ -352,7 +352,8 @@ def build_catalog(db_path: str | Path, *, progress: Callable[[int, int, str], No
             except apsw.BusyError:
                 raise (wait or BusyWait()).busy_error(path) from None
             except apsw.Error as exc:
-                raise DatabaseError(explain_error(exc, path) or f"{db_path}: cannot read table {name!r}: {exc}") from exc
+                why = explain_error(exc, path) or f"{db_path}: cannot read table {name!r}: {exc}"
+                raise DatabaseError(why) from exc
         if progress is not None:
             progress(len(wanted), len(wanted), "")
     finally:

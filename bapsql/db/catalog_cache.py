@@ -6,9 +6,10 @@ Contract:
   row count), all read in the read transaction the statistics come from (`bapsql.db.dbfile.data_fingerprint`).
 - `staleness(cached, current, tolerance)` compares two fingerprints: another schema (or catalog version) always
   means rebuild; other data means rebuild when the *drift* (the largest relative change of the page count or of any
-  table's largest rowid or WITHOUT ROWID row count) is above ``tolerance``. ``tolerance=0`` (the default of `load_or_build_catalog`) rebuilds
-  on any change; a long-lived handle on a database that is written all the time uses a small tolerance so that a
-  trickle of inserts does not rebuild the catalog for every episode (`bapsql.env.handles`).
+  table's largest rowid or WITHOUT ROWID row count) is above ``tolerance``. ``tolerance=0`` (the default of
+  `load_or_build_catalog`) rebuilds on any change; a long-lived handle on a database that is written all the time
+  uses a small tolerance so that a trickle of inserts does not rebuild the catalog for every episode
+  (`bapsql.env.handles`).
 - Every rebuild logs one line saying why (logger ``bapsql.db.catalog_cache``, WARNING when a cached or open catalog
   was outdated, INFO for a first build); a catalog reused although the data moved (within the tolerance) is logged
   too. So estimates never use another version's statistics silently.

@@ -34,9 +34,10 @@
   naming the cause and the fix at open.
 - **Snapshots.** `begin_snapshot` opens one read transaction that every later statement reads from, until
   `end_snapshot`: an episode's queries all see one committed state. Episodes that overlap on one sandbox (model
-  rollouts interleave episodes on a worker) share that snapshot; it ends with the last of them. In WAL mode writers keep committing meanwhile;
-  in rollback-journal mode the shared lock makes a writer's commit wait until the snapshot ends (SQLite cannot
-  give a rollback-journal reader a stable view any other way), so keep WAL for databases that are written live.
+  rollouts interleave episodes on a worker) share that snapshot; it ends with the last of them. In WAL mode writers
+  keep committing meanwhile; in rollback-journal mode the shared lock makes a writer's commit wait until the
+  snapshot ends (SQLite cannot give a rollback-journal reader a stable view any other way), so keep WAL for
+  databases that are written live.
 
 Contract: one open `RowStream` per sandbox at a time; `RowStream.vm_steps` is exact once the stream has ended
 (exhausted, interrupted, failed or closed) and a tick-granular lower bound while rows are still being read.
@@ -58,7 +59,7 @@ from bapsql.db.allowlist import (
 )
 from bapsql.db.dbfile import DEFAULT_BUSY_TIMEOUT_S, BusyWait, connect_readonly, data_fingerprint
 from bapsql.db.rowstream import RowStream, message_of
-from bapsql.errors import DatabaseBusy, DatabaseError, SQLExecutionError, SQLRejected
+from bapsql.errors import DatabaseError, SQLExecutionError, SQLRejected
 
 __all__ = ["ALLOWED_FUNCTIONS", "QueryResult", "RowStream", "Sandbox", "SandboxLimits"]
 

@@ -79,3 +79,21 @@ def test_help_is_useful():
     for cmd in ("build-demo", "stats", "catalog", "calibrate"):
         assert cmd in res.output
     assert "--benchmark" in run("calibrate", "--help").output
+
+
+def test_check_reports_sound_hot_and_damaged_files(tmp_path):
+    from tests.db.writers import crash_mid_write, make_db
+
+    db = make_db(tmp_path / "ok.sqlite", wal=True)
+    res = run("check", "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["ok"] and rep["mode"] == "quick_check" and rep["journal_mode"] == "wal" and rep["problems"] == []
+    hot = make_db(tmp_path / "hot.sqlite", wal=False, rows=20_000)
+    crash_mid_write(hot)
+    res = run("check", "--db", hot)
+    assert res.exit_code == 1 and "hot rollback journal" in res.output and "Traceback" not in res.output
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 50)
+    res = run("check", "--db", junk, "--json")
+    assert res.exit_code == 1 and "not a SQLite database" in json.loads(res.stdout)["problems"][0]
