@@ -6,7 +6,8 @@ Contract (scripts rely on it):
   rejected | error), ``rows`` (the shown rows), ``columns``, ``message``, ``ledger`` (spent ``queries``,
   ``result_tokens``, ``vm_steps``, ``turns``, ``context_tokens``, plus ``remaining``). It is one execute_query turn
   of a fresh episode at that budget, through the real environment. Exit 0 for ok / truncated / rejected, 2 for an
-  SQL error or an unusable database, never a traceback.
+  SQL error or an unusable database, never a traceback. A database another program keeps write-locked past
+  ``--busy-timeout`` seconds is ``rejected`` with ``rejection`` = ``busy`` (also when it was locked while opening).
 - ``bapsql episode --db F --question TEXT --budget XS [--actions FILE] [--gold-sql SQL] [--json]`` plays actions
   (one per line: a one-line tool call, or a JSON object ``{"name": .., "arguments": ..}``; without ``--actions``
   they are read from stdin until the episode ends or EOF), printing every observation, then the ledger and summary.
@@ -99,17 +100,27 @@ def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = 
     budget = _budget(level)
     counter = _counter(tokenizer)
     progress, stop = _catalog_progress(db)
-    env = BudgetedSQLEnv(token_counter=counter, handles=DatabaseHandles(counter, progress=progress),
-                         options=EnvOptions(busy_timeout_s=busy_timeout))
+    handles = DatabaseHandles(counter, progress=progress, busy_timeout_s=busy_timeout)
+    env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=EnvOptions(busy_timeout_s=busy_timeout))
     task = Task(task_id="cli", db_id=db.stem, db_path=str(db), question=question, gold_sql=gold_sql,
                 evidence=evidence)
     try:
         observation, info = env.reset(task, budget)
-    except (DatabaseError, DatabaseBusy) as exc:
+    except DatabaseError as exc:
         raise _Exit2(str(exc)) from None
+    except DatabaseBusy as exc:
+        raise _Busy(str(exc), budget) from None
     finally:
         stop()
     return env, observation, info
+
+
+class _Busy(Exception):
+    """The database stayed locked by a writer while it was being opened (before any turn)."""
+
+    def __init__(self, message: str, budget) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 _TOKENIZER = click.option("--tokenizer", default="default", show_default=True,
@@ -131,10 +142,24 @@ def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str, busy
     """Run one query as one execute_query turn of a fresh episode at a budget (shield, caps and full accounting)."""
     from bapsql.env.actions import ExecuteQuery, render_action
 
-    env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer, busy_timeout=busy_timeout)
+    try:
+        env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer, busy_timeout=busy_timeout)
+    except _Busy as busy:  # locked while opening: the same 'busy' rejection an execute_query turn gets
+        from bapsql.env.render import busy_observation
+
+        text = busy_observation("execute_query", str(busy))
+        spent = {ch: 0 for ch in busy.budget.as_dict()}
+        out = {"status": "rejected", "columns": [], "rows": [], "rows_total": None, "truncated_by": None,
+               "rejection": "busy", "message": str(busy), "evidence_ref": None,
+               "ledger": {**spent, "remaining": busy.budget.as_dict()}, "observation": text}
+        click.echo(json.dumps(out, ensure_ascii=False) if as_json else text)
+        return
     if env.done:
         raise _Exit2(f"the episode could not start at budget {level}: {observation}")
-    result = env.step(render_action(ExecuteQuery(sql)))
+    try:
+        result = env.step(render_action(ExecuteQuery(sql)))
+    finally:
+        env.handles.close()  # ends the episode's read snapshot (the episode itself stays open after one turn)
     info = result.info
     shield = info["shield"] or {}
     block = env.evidence.get(info["evidence_ref"]) if info["evidence_ref"] else None
@@ -190,7 +215,10 @@ def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str
     """Play a scripted (or interactive) episode and print every observation, the final ledger and the summary."""
     import dataclasses
 
-    env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint, busy_timeout)
+    try:
+        env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint, busy_timeout)
+    except _Busy as busy:
+        raise _Exit2(str(busy)) from None
     source = actions_file if actions_file is not None else sys.stdin
     steps = [{"turn": 0, "action": "reset", "observation": observation}]
     if not as_json:
@@ -206,6 +234,7 @@ def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str
         if not as_json:
             click.echo(f"=== turn {result.info['turn']}: {result.info['action']} ===\n{result.observation}")
     summary = dataclasses.asdict(env.summary())
+    env.handles.close()  # ends the read snapshot of an episode the actions left unfinished
     ledger = env.ledger.snapshot().to_dict()
     if as_json:
         out = {"steps": steps, "turns": [r.to_row() for r in env.turn_records], "ledger": ledger,

@@ -38,6 +38,7 @@ class DatabaseHandles:
         max_open: int = 16,
         catalog_tolerance: float = 0.05,
         check_interval_s: float = 1.0,
+        busy_timeout_s: float = 3.0,
         progress: "Callable[[int, int, str], None] | None" = None,
     ) -> None:
         if max_open < 1:
@@ -48,6 +49,7 @@ class DatabaseHandles:
         self.max_open = max_open
         self.catalog_tolerance = catalog_tolerance
         self.check_interval_s = check_interval_s
+        self.busy_timeout_s = busy_timeout_s  # bound on waiting for a writer while opening (episodes set their own)
         self.progress = progress  # called per table while a catalog is (re)built: progress(done, total, table)
         self._open: OrderedDict[str, DatabaseHandle] = OrderedDict()
 
@@ -64,7 +66,7 @@ class DatabaseHandles:
         try:
             handle = open_database(key, token_counter=self.token_counter, calibration=self.calibration,
                                    cache_dir=self.cache_dir, catalog_tolerance=self.catalog_tolerance,
-                                   progress=self.progress)
+                                   busy_timeout_s=self.busy_timeout_s, progress=self.progress)
         except DatabaseBusy:
             if old is None:
                 raise
