@@ -137,6 +137,19 @@ def test_damaged_and_foreign_files_are_named(tmp_path):
     assert not rep.ok and rep.problems
 
 
+def test_immutable_only_for_a_wal_file_nobody_can_be_writing(tmp_path):
+    # (Run as root here, so a read-only folder cannot be made; the decision itself is checked on FileStates.)
+    from dataclasses import replace
+
+    from bapsql.db.dbfile import readonly_uri
+
+    state = inspect_file(make_db(tmp_path / "w.sqlite", wal=True))
+    frozen = replace(state, folder_writable=False, wal_file=False)
+    assert frozen.immutable and readonly_uri(frozen).endswith("?mode=ro&immutable=1")
+    for live in (replace(frozen, wal_file=True), replace(frozen, folder_writable=True), replace(frozen, wal=False)):
+        assert not live.immutable and readonly_uri(live).endswith("?mode=ro")
+
+
 def test_busy_wait_is_cut_by_the_deadline():
     import time
 

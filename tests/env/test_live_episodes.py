@@ -87,9 +87,7 @@ def test_a_statement_stopped_by_the_vm_cap_charges_its_steps(make_env, task):
     sql = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) "
            "SELECT count(*) FROM c")
     r = _exec(env, sql)
-    shield = r.info["shield"]
-    if shield is None or shield["rejection"] == "preflight_vm_steps":
-        pytest.skip("the estimator saw the cost coming; no statement ran")
+    shield = r.info["shield"]  # the estimator does not see a recursive CTE's cost coming: the preflight lets it run
     assert shield["status"] == "truncated" and shield["truncated_by"] == "vm_steps"
     assert 0 < shield["cost"]["vm_steps"] <= 50_000
     assert env.ledger.vm_steps == shield["cost"]["vm_steps"] + env.turn_records[-1].vm_steps_before
