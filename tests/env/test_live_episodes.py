@@ -63,7 +63,8 @@ def test_the_request_deadline_cuts_the_wait(tmp_path):
     assert r.info["status"] == "rejected" and "busy" in r.observation  # no 30 s wait: the request had no time left
 
 
-@pytest.mark.parametrize("wal", [True, False])
+# rollback mode: several seconds of lock waits (each commit holds the file's lock through its fsyncs) -> slow tier
+@pytest.mark.parametrize("wal", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_episodes_run_while_rows_are_inserted_and_agree_with_themselves(tmp_path, wal):
     db = make_db(tmp_path / "s.sqlite", wal=wal)
     env = _env(tmp_path, busy_timeout_s=10)
