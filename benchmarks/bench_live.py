@@ -80,6 +80,8 @@ def build(path: Path, rows: int, wal: bool) -> None:
         INSERT INTO orders SELECT x, 1 + (x * 7919) % 2000, ((x * 2654435761) % 100000) / 100.0,
             CASE x % 3 WHEN 0 THEN 'paid' WHEN 1 THEN 'shipped' ELSE 'done' END FROM r;
     """).fetchall()
+    if wal:  # start from a checkpointed, empty WAL, as a database that has been in use for a while
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     con.close()
 
 
