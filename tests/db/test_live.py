@@ -211,3 +211,17 @@ def test_no_insert_burst_makes_an_open_fail(tmp_path):
                 assert sb.query(COUNT).rows[0][0] >= 2_000
     finally:
         stop(proc)
+
+
+def test_catalog_rebuilds_report_progress_per_table(tmp_path):
+    db = make_db(tmp_path / "p.sqlite", wal=True)
+    con = apsw.Connection(str(db))
+    con.execute("CREATE TABLE other (k INTEGER PRIMARY KEY)")
+    con.close()
+    calls = []
+    cat = load_or_build_catalog(db, tmp_path / "cache", progress=lambda done, total, table: calls.append((done, total)))
+    assert set(cat.table_names) == {"item", "other"}
+    assert calls == [(0, 2), (1, 2), (2, 2)]
+    calls.clear()
+    load_or_build_catalog(db, tmp_path / "cache", progress=lambda *a: calls.append(a))
+    assert calls == []  # served from the cache: nothing built
