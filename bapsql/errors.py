@@ -17,7 +17,18 @@ class ConfigError(BapsqlError):
 
 
 class DatabaseError(BapsqlError):
-    """Raised when a database file cannot be opened read-only (missing, not SQLite, unreadable)."""
+    """Raised when a database file cannot be opened read-only (missing, not SQLite, unreadable, damaged, or left with
+    a hot journal by a stopped writer); the message names the cause and the fix."""
+
+
+class DatabaseBusy(BapsqlError):
+    """Raised by the sandbox when another program held a lock on the database for the whole bounded wait (the busy
+    timeout, cut to what the request may still spend). ``waited_s`` is the time waited. The shield turns it into a
+    ``rejected`` result with code ``busy`` (a rejection charged to no one's SQL, not an SQL error)."""
+
+    def __init__(self, message: str, waited_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
 
 
 class SQLRejected(BapsqlError):

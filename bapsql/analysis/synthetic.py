@@ -135,7 +135,7 @@ def _turns(rng: np.random.Generator, ep: dict, n_turns: np.ndarray) -> pa.Table:
         status=np.full(m, "ok", object), warning=rng.random(m) < 0.3, **estimates,
         ctx_before=zeros, ctx_after=zeros, queries_before=zeros, queries_after=zeros, result_tokens_before=zeros,
         result_tokens_after=zeros, vm_steps_before=zeros, vm_steps_after=zeros, prompt_tokens=zeros,
-        completion_tokens=zeros,
+        completion_tokens=zeros, db_wait_s=np.zeros(m, np.float64),
     )
     return pa.Table.from_pydict({f.name: cols[f.name] for f in TURNS_SCHEMA}, schema=TURNS_SCHEMA)
 

@@ -3,6 +3,7 @@
 Contract (scripts rely on it): ``bapsql data stats --benchmark DIR --json`` prints ONE JSON object with at least
 ``databases``, ``tasks``, ``missing_databases`` (list), ``failed_gold`` (count) and ``answer_types`` (counts of
 ``scalar``, ``list``, ``ordered_list``). ``build-demo --out DIR`` writes a folder every ``--benchmark`` accepts.
+``check --db FILE [--json]`` verifies a file without writing (exit 0 sound, 1 problems listed, 2 locked by a writer).
 Bad input exits with a one-line error, never a traceback.
 """
 
@@ -130,7 +131,7 @@ def _print_stats(st) -> None:
 @_CACHE
 def catalog_cmd(benchmark: Path, seed: int, cache_dir: Path | None) -> None:
     """Build (or reuse) the cached catalog of every database of a benchmark."""
-    from bapsql.db.catalog import load_or_build_catalog
+    from bapsql.db.catalog_cache import load_or_build_catalog
     from bapsql.errors import BapsqlError
 
     bench = _load(benchmark, seed, cache_dir)
@@ -146,6 +147,38 @@ def catalog_cmd(benchmark: Path, seed: int, cache_dir: Path | None) -> None:
                 raise click.ClickException(f"{db}: {exc}") from exc
             bar.update(task, advance=1)
     click.echo(f"catalogs ready for {len(paths)} databases ({tables} tables)")
+
+
+@data.command("check")
+@click.option("--db", "db", required=True, type=click.Path(path_type=Path), help="SQLite database file (read-only).")
+@click.option("--full", is_flag=True, help="PRAGMA integrity_check (also checks index contents; slower) instead of "
+                                           "quick_check.")
+@click.option("--busy-timeout", default=3.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to wait for another program's write lock.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (path, ok, mode, journal_mode, problems).")
+def check_cmd(db: Path, full: bool, busy_timeout: float, as_json: bool) -> None:
+    """Verify a database file's integrity (PRAGMA quick_check) without writing to it. Exit 0 when it is sound,
+    1 when SQLite found problems (listed), 2 when it stayed locked by a writer."""
+    from bapsql.db.dbfile import BusyWait, integrity_check
+    from bapsql.errors import DatabaseBusy
+
+    try:
+        rep = integrity_check(db, full=full, wait=BusyWait(busy_timeout))
+    except DatabaseBusy as exc:
+        click.echo(str(exc), err=True)
+        raise SystemExit(2) from None
+    if as_json:
+        click.echo(json.dumps({"path": str(rep.path), "ok": rep.ok, "mode": rep.mode,
+                               "journal_mode": rep.journal_mode, "problems": list(rep.problems),
+                               "seconds": round(rep.seconds, 4)}))
+    elif rep.ok:
+        click.echo(f"{rep.path}: ok ({rep.mode}, {rep.journal_mode} journal, {rep.seconds:.2f} s)")
+    else:
+        click.echo(f"{rep.path}: {len(rep.problems)} problem(s) found by {rep.mode}:")
+        for p in rep.problems:
+            click.echo(f"  {p}")
+    if not rep.ok:
+        raise SystemExit(1)
 
 
 @data.command("calibrate")

@@ -6,7 +6,8 @@ Contract (scripts rely on it):
   rejected | error), ``rows`` (the shown rows), ``columns``, ``message``, ``ledger`` (spent ``queries``,
   ``result_tokens``, ``vm_steps``, ``turns``, ``context_tokens``, plus ``remaining``). It is one execute_query turn
   of a fresh episode at that budget, through the real environment. Exit 0 for ok / truncated / rejected, 2 for an
-  SQL error or an unusable database, never a traceback.
+  SQL error or an unusable database, never a traceback. A database another program keeps write-locked past
+  ``--busy-timeout`` seconds is ``rejected`` with ``rejection`` = ``busy`` (also when it was locked while opening).
 - ``bapsql episode --db F --question TEXT --budget XS [--actions FILE] [--gold-sql SQL] [--json]`` plays actions
   (one per line: a one-line tool call, or a JSON object ``{"name": .., "arguments": ..}``; without ``--actions``
   they are read from stdin until the episode ends or EOF), printing every observation, then the ledger and summary.
@@ -64,27 +65,70 @@ def _jsonable(v):
     return v
 
 
-def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = "", evidence: str = ""):
+LARGE_FILE = 64 << 20  # bytes: building the catalog of a larger database shows a progress bar
+
+
+def _catalog_progress(db: Path):
+    """A transient per-table progress bar on stderr for (re)building the catalog of a large database, else None.
+    Returns (callback, stop)."""
+    if db.stat().st_size < LARGE_FILE:
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("catalog {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(db.name, total=None)
+    bar.start()
+
+    def progress(done: int, total: int, table: str) -> None:
+        bar.update(task, completed=done, total=total, description=f"{db.name} {table}")
+
+    return progress, bar.stop
+
+
+def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = "", evidence: str = "",
+           busy_timeout: float = 3.0):
     from bapsql.env.episode import BudgetedSQLEnv
-    from bapsql.errors import DatabaseError
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.env.records import EnvOptions
+    from bapsql.errors import DatabaseBusy, DatabaseError
     from bapsql.types import Task
 
     if not db.is_file():
         raise _Exit2(f"database file not found: {db}; pass an existing SQLite file with --db")
     budget = _budget(level)
-    env = BudgetedSQLEnv(token_counter=_counter(tokenizer))
+    counter = _counter(tokenizer)
+    progress, stop = _catalog_progress(db)
+    handles = DatabaseHandles(counter, progress=progress, busy_timeout_s=busy_timeout)
+    env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=EnvOptions(busy_timeout_s=busy_timeout))
     task = Task(task_id="cli", db_id=db.stem, db_path=str(db), question=question, gold_sql=gold_sql,
                 evidence=evidence)
     try:
         observation, info = env.reset(task, budget)
     except DatabaseError as exc:
         raise _Exit2(str(exc)) from None
+    except DatabaseBusy as exc:
+        raise _Busy(str(exc), budget) from None
+    finally:
+        stop()
     return env, observation, info
+
+
+class _Busy(Exception):
+    """The database stayed locked by a writer while it was being opened (before any turn)."""
+
+    def __init__(self, message: str, budget) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 _TOKENIZER = click.option("--tokenizer", default="default", show_default=True,
                           help="token counter: 'default' (packaged tokenizer), 'regex', or a tokenizer.json path")
 _BUDGET = click.option("--budget", "level", default="XS", show_default=True, help="budget level: XS, S, M or L")
+_BUSY = click.option("--busy-timeout", default=3.0, show_default=True, type=click.FloatRange(min=0),
+                     help="seconds a query waits for another program's write lock before the turn is rejected as "
+                          "'database busy'")
 
 
 @click.command("exec")
@@ -93,14 +137,29 @@ _BUDGET = click.option("--budget", "level", default="XS", show_default=True, hel
 @_BUDGET
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @_TOKENIZER
-def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str) -> None:
+@_BUSY
+def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str, busy_timeout: float) -> None:
     """Run one query as one execute_query turn of a fresh episode at a budget (shield, caps and full accounting)."""
     from bapsql.env.actions import ExecuteQuery, render_action
 
-    env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer)
+    try:
+        env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer, busy_timeout=busy_timeout)
+    except _Busy as busy:  # locked while opening: the same 'busy' rejection an execute_query turn gets
+        from bapsql.env.render import busy_observation
+
+        text = busy_observation("execute_query", str(busy))
+        spent = {ch: 0 for ch in busy.budget.as_dict()}
+        out = {"status": "rejected", "columns": [], "rows": [], "rows_total": None, "truncated_by": None,
+               "rejection": "busy", "message": str(busy), "evidence_ref": None,
+               "ledger": {**spent, "remaining": busy.budget.as_dict()}, "observation": text}
+        click.echo(json.dumps(out, ensure_ascii=False) if as_json else text)
+        return
     if env.done:
         raise _Exit2(f"the episode could not start at budget {level}: {observation}")
-    result = env.step(render_action(ExecuteQuery(sql)))
+    try:
+        result = env.step(render_action(ExecuteQuery(sql)))
+    finally:
+        env.handles.close()  # ends the episode's read snapshot (the episode itself stays open after one turn)
     info = result.info
     shield = info["shield"] or {}
     block = env.evidence.get(info["evidence_ref"]) if info["evidence_ref"] else None
@@ -150,12 +209,16 @@ def _action_text(line: str) -> str:
 @click.option("--evidence", "hint", default="", help="an evidence hint shown with the question")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (observations, turns, summary)")
 @_TOKENIZER
+@_BUSY
 def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str, hint: str, as_json: bool,
-                tokenizer: str) -> None:
+                tokenizer: str, busy_timeout: float) -> None:
     """Play a scripted (or interactive) episode and print every observation, the final ledger and the summary."""
     import dataclasses
 
-    env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint)
+    try:
+        env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint, busy_timeout)
+    except _Busy as busy:
+        raise _Exit2(str(busy)) from None
     source = actions_file if actions_file is not None else sys.stdin
     steps = [{"turn": 0, "action": "reset", "observation": observation}]
     if not as_json:
@@ -171,6 +234,7 @@ def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str
         if not as_json:
             click.echo(f"=== turn {result.info['turn']}: {result.info['action']} ===\n{result.observation}")
     summary = dataclasses.asdict(env.summary())
+    env.handles.close()  # ends the read snapshot of an episode the actions left unfinished
     ledger = env.ledger.snapshot().to_dict()
     if as_json:
         out = {"steps": steps, "turns": [r.to_row() for r in env.turn_records], "ledger": ledger,

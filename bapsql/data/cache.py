@@ -31,12 +31,23 @@ def file_fingerprint(path: str | Path) -> str:
     st = p.stat()
     memo = (str(p), st.st_size, st.st_mtime_ns)
     if memo not in _FINGERPRINTS:
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _FINGERPRINTS[memo] = h.hexdigest()
+        _FINGERPRINTS[memo] = _sha256_via_sqlite(p, st.st_size)
     return _FINGERPRINTS[memo]
+
+
+def _sha256_via_sqlite(path: Path, size: int) -> str:
+    """SHA-256 of the file read through SQLite's file layer: closing a plain Python file on a database would drop
+    the POSIX locks this process's connections hold on it (e.g. an episode's snapshot)."""
+    import apsw
+
+    h = hashlib.sha256()
+    f = apsw.VFSFile("", str(path), [apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_READONLY, 0])
+    try:
+        for off in range(0, size, 1 << 20):
+            h.update(f.xRead(min(1 << 20, size - off), off))
+    finally:
+        f.xClose()
+    return h.hexdigest()
 
 
 class GoldCache:

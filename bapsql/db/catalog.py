@@ -13,31 +13,28 @@ Contract:
   Row counts are always exact.
 - Average serialized widths are measured with `bapsql.db.rows.cell_text`, the text the shield charges for, on up to
   `WIDTH_SAMPLE` values per column, so estimates and charges measure the same text.
-- `load_or_build_catalog(path, cache_dir)` caches under ``<cache>/catalogs/`` keyed by the file's absolute path; the
-  cached file is reused only while the fingerprint (size, mtime, hash of the first and last pages, catalog version)
-  still matches, otherwise it is rebuilt. An unwritable cache directory only loses the cache, never the catalog.
+- ``fingerprint`` is the identity of the data the statistics describe (`bapsql.db.dbfile.data_fingerprint`: schema
+  hash, page counts, largest rowids), read in the same read transaction as the statistics themselves, so a catalog
+  never mixes two versions of a live database. Caching and staleness live in `bapsql.db.catalog_cache`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
+from bapsql.db.dbfile import BusyWait, connect_readonly, data_fingerprint, explain_error
 from bapsql.db.rows import cell_text
 from bapsql.errors import DatabaseError
 
-CATALOG_VERSION = 2
+CATALOG_VERSION = 3  # 3: the fingerprint is the data's (schema hash, pages, rowids), not the file's
 EXACT_ROWS = 200_000  # tables up to this size get exact statistics
 SAMPLE_ROWS = 100_000  # target sample size for larger tables
 WIDTH_SAMPLE = 2_000  # values per column whose cell_text width is measured
@@ -196,78 +193,6 @@ class Catalog:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# fingerprint and cache
-
-
-def fingerprint(db_path: str | Path) -> dict[str, Any]:
-    """Identity of a database file's current contents: absolute path, size, mtime and a SHA-256 of its first and last
-    pages (page size read from the header). A ``-wal`` file next to it contributes its size and mtime."""
-    p = Path(db_path).resolve()
-    try:
-        st = p.stat()
-        with open(p, "rb") as f:
-            head = f.read(100)
-            page = int.from_bytes(head[16:18], "big") if len(head) >= 18 else 4096
-            page = 65536 if page == 1 else (page or 4096)
-            f.seek(0)
-            first = f.read(page)
-            f.seek(max(0, st.st_size - page))
-            last = f.read(page)
-    except OSError as exc:
-        raise DatabaseError(f"cannot read database file {p}: {exc}") from exc
-    fp: dict[str, Any] = {
-        "path": str(p),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "pages_sha256": hashlib.sha256(first + last).hexdigest(),
-        "version": CATALOG_VERSION,
-    }
-    wal = p.with_name(p.name + "-wal")
-    if wal.exists():
-        wst = wal.stat()
-        fp["wal"] = [wst.st_size, wst.st_mtime_ns]
-    return fp
-
-
-def default_cache_dir() -> Path:
-    """``$BAPSQL_CACHE_DIR`` or ``~/.cache/bapsql`` (database folders may be read-only)."""
-    env = os.environ.get("BAPSQL_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "bapsql"
-
-
-def catalog_cache_path(db_path: str | Path, cache_dir: Path | None = None) -> Path:
-    """Where the catalog of ``db_path`` is cached: one JSON file per absolute path."""
-    p = Path(db_path).resolve()
-    key = hashlib.sha256(str(p).encode()).hexdigest()[:16]
-    return (cache_dir or default_cache_dir()) / "catalogs" / f"{p.stem}-{key}.json"
-
-
-def load_or_build_catalog(db_path: str | Path, cache_dir: Path | None = None) -> Catalog:
-    """The catalog of ``db_path`` from the cache when its fingerprint still matches, else freshly built (and cached).
-
-    Raises `DatabaseError` when the file is missing or not a readable SQLite database."""
-    fp = fingerprint(db_path)
-    cache = catalog_cache_path(db_path, cache_dir)
-    if cache.is_file():
-        try:
-            obj = json.loads(cache.read_text())
-            if obj.get("fingerprint") == fp:
-                return Catalog.from_json(obj)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a corrupt or outdated cache entry is rebuilt below
-    catalog = build_catalog(db_path, _fingerprint=fp)
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=cache.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(catalog.to_json(), f)
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # unwritable cache: the catalog is still valid, only not reused
-    return catalog
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # building
 
 
@@ -275,17 +200,10 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def open_readonly(db_path: str | Path) -> apsw.Connection:
-    """A plain read-only apsw connection (trusted, offline use only). Raises `DatabaseError` if unopenable."""
-    p = Path(db_path)
-    if not p.is_file():
-        raise DatabaseError(f"database file not found: {p}")
-    try:
-        conn = apsw.Connection(str(p), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
-    except apsw.Error as exc:
-        raise DatabaseError(f"{p}: not a readable SQLite database ({exc})") from exc
-    return conn
+def open_readonly(db_path: str | Path, wait: BusyWait | None = None) -> apsw.Connection:
+    """A plain read-only apsw connection (trusted, offline use only) that waits for writers within ``wait``'s bound.
+    Raises `DatabaseError` (cause and fix) if unopenable, `DatabaseBusy` if a writer held its lock too long."""
+    return connect_readonly(db_path, wait)
 
 
 def distinct_duj1(n: int, d: int, f1: int, total: int) -> int:
@@ -405,29 +323,43 @@ def _table_stats(conn: apsw.Connection, name: str, rootpage: int, create_sql: st
     )
 
 
-def build_catalog(db_path: str | Path, *, _fingerprint: dict[str, Any] | None = None) -> Catalog:
-    """Scan ``db_path`` (read-only) and return its `Catalog`. Raises `DatabaseError` if it cannot be read."""
+def build_catalog(db_path: str | Path, *, progress: Callable[[int, int, str], None] | None = None,
+                  wait: BusyWait | None = None) -> Catalog:
+    """Scan ``db_path`` (read-only, one read transaction) and return its `Catalog`; ``progress(done, total, table)``
+    is called before each table. Raises `DatabaseError` if it cannot be read, `DatabaseBusy` if a writer held its
+    lock past the wait."""
     t0 = time.perf_counter()
-    fp = _fingerprint or fingerprint(db_path)
-    conn = open_readonly(db_path)
+    path = Path(db_path).resolve()
+    conn = open_readonly(path, wait)
     try:
+        conn.execute("BEGIN").fetchall()  # statistics and fingerprint from one snapshot of a live database
+        fp = {"path": str(path), "version": CATALOG_VERSION, **data_fingerprint(conn)}
         schema = conn.execute(
             "SELECT type, name, rootpage, sql FROM sqlite_schema WHERE type IN ('table', 'view') ORDER BY rowid"
         ).fetchall()
         tables = []
         views = []
+        wanted = [r for r in schema if r[0] == "table" and not r[1].startswith("sqlite_")
+                  and not (r[3] or "").upper().startswith("CREATE VIRTUAL")]
         for typ, name, root, sql in schema:
             if typ == "view":
                 views.append((name, sql or ""))
-            elif not name.startswith("sqlite_") and not (sql or "").upper().startswith("CREATE VIRTUAL"):
-                try:
-                    tables.append(_table_stats(conn, name, root, sql or ""))
-                except apsw.Error as exc:
-                    raise DatabaseError(f"{db_path}: cannot read table {name!r}: {exc}") from exc
+        for i, (_typ, name, root, sql) in enumerate(wanted):
+            if progress is not None:
+                progress(i, len(wanted), name)
+            try:
+                tables.append(_table_stats(conn, name, root, sql or ""))
+            except apsw.BusyError:
+                raise (wait or BusyWait()).busy_error(path) from None
+            except apsw.Error as exc:
+                why = explain_error(exc, path) or f"{db_path}: cannot read table {name!r}: {exc}"
+                raise DatabaseError(why) from exc
+        if progress is not None:
+            progress(len(wanted), len(wanted), "")
     finally:
-        conn.close()
+        conn.close()  # ends the read transaction
     return Catalog(
-        db_path=str(Path(db_path).resolve()),
+        db_path=str(path),
         fingerprint=fp,
         tables=tuple(tables),
         views=tuple(views),

@@ -28,15 +28,13 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import apsw
-
 from bapsql.db.bytecode import LoopHint, ProgramModel, constraints_of, ops_from_rows, parse_plan_line
 from bapsql.db.calibration import Calibration, RawEstimate
 from bapsql.db.cardinality import DEFAULT_WIDTH, SEL_RANGE, Analysis, ColRef, Scope, analyze
 from bapsql.db.catalog import Catalog
 from bapsql.db.rows import render_header, render_row
 from bapsql.db.sandbox import Sandbox
-from bapsql.errors import SQLExecutionError, SQLRejected
+from bapsql.errors import DatabaseBusy, SQLExecutionError, SQLRejected
 from bapsql.tokens import TokenCounter
 
 TOKEN_SAMPLE_ROWS = 8
@@ -159,7 +157,6 @@ class Estimator:
         self.calibration = calibration
         self.token_counter = token_counter
         self._cache: OrderedDict[str, RawEstimate] = OrderedDict()
-        self._explain_conn: apsw.Connection | None = None
 
     # -- public ------------------------------------------------------------------------------------------------------
     def estimate(self, sql: str, *, vm_step_cap: int) -> Estimate:
@@ -170,7 +167,7 @@ class Estimator:
         try:
             self.sandbox.check(sql)
             plan = self.sandbox.explain_plan(sql)
-        except (SQLRejected, SQLExecutionError) as exc:
+        except (SQLRejected, SQLExecutionError, DatabaseBusy) as exc:
             return error_estimate(str(exc))
         columns, probe_steps, interrupted, err = self._probe(sql, vm_step_cap)
         if err is not None:
@@ -192,10 +189,8 @@ class Estimator:
         return self._cache.get(sql)
 
     def close(self) -> None:
-        """Close the private EXPLAIN connection (the sandbox belongs to the caller)."""
-        if self._explain_conn is not None:
-            self._explain_conn.close()
-            self._explain_conn = None
+        """Nothing to release: every statement runs on the caller's sandbox (kept for the handle's close())."""
+        self._cache.clear()
 
     # -- steps -------------------------------------------------------------------------------------------------------
     def _probe(self, sql: str, cap: int) -> tuple[tuple[str, ...], int, bool, str | None]:
@@ -210,19 +205,13 @@ class Estimator:
                 for _ in rs:
                     pass
             return columns, int(rs.vm_steps), bool(rs.interrupted), None
-        except (SQLRejected, SQLExecutionError) as exc:  # a failure while running still spent its steps
+        except (SQLRejected, SQLExecutionError, DatabaseBusy) as exc:  # a failure while running still spent its steps
             return (), int(rs.vm_steps) if rs is not None else 0, False, str(exc)
 
     def program(self, sql: str) -> list:
-        """The statement's bytecode listing (``EXPLAIN``; prepared on a private read-only connection, never run)."""
-        if self._explain_conn is None:
-            conn = apsw.Connection(self.sandbox.path.as_uri() + "?mode=ro",
-                                   flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-            conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
-            conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
-            conn.enable_load_extension(False)
-            self._explain_conn = conn
-        return ops_from_rows(self._explain_conn.execute(sql, can_cache=False, explain=1).fetchall())
+        """The statement's bytecode listing (``EXPLAIN`` on the sandbox's connection, checked, never run: inside an
+        episode's snapshot it takes no lock of its own, so it cannot wait on a writer that waits on the snapshot)."""
+        return ops_from_rows(self.sandbox.program(sql))
 
     def raw_estimate(self, sql: str, plan: tuple[str, ...], columns: tuple[str, ...]) -> RawEstimate:
         """Uncalibrated estimates of a statement that passed the check (deterministic for a given catalog)."""

@@ -28,87 +28,40 @@
   Every run prepares a fresh program (no statement cache): SQLite phases the handler by the statement's previous
   step count, so a reused statement would tick one early and stop at a count that depends on its history.
 
+- **Live files** (`bapsql.db.dbfile`): WAL files are read through their ``-wal``/``-shm`` files (never blocking
+  writers), a writer's lock is waited for with a bounded busy handler (``wait``: `BusyWait`, armed once per public
+  call; ``last_wait_s`` is what the last call waited), and a hot journal or a damaged file is a `DatabaseError`
+  naming the cause and the fix at open.
+- **Snapshots.** `begin_snapshot` opens one read transaction that every later statement reads from, until
+  `end_snapshot`: an episode's queries all see one committed state. Episodes that overlap on one sandbox (model
+  rollouts interleave episodes on a worker) share that snapshot; it ends with the last of them. In WAL mode writers
+  keep committing meanwhile; in rollback-journal mode the shared lock makes a writer's commit wait until the
+  snapshot ends (SQLite cannot give a rollback-journal reader a stable view any other way), so keep WAL for
+  databases that are written live.
+
 Contract: one open `RowStream` per sandbox at a time; `RowStream.vm_steps` is exact once the stream has ended
 (exhausted, interrupted, failed or closed) and a tick-granular lower bound while rows are still being read.
 Errors: `DatabaseError` (cannot open), `SQLRejected` (refused before running; ``.code`` says why),
-`SQLExecutionError` (SQLite error while preparing or running).
+`SQLExecutionError` (SQLite error while preparing or running), `DatabaseBusy` (a writer held its lock for the
+whole bounded wait).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import apsw
 
+from bapsql.db.allowlist import (
+    ALLOWED_FUNCTIONS, ALLOWED_TABLE_FUNCTIONS, DENIED_ACTIONS, DENIED_TABLE_FUNCTIONS, KEYWORD_CODES, READ_KEYWORDS,
+    SCHEMA_TABLES, scan_statement,
+)
+from bapsql.db.dbfile import DEFAULT_BUSY_TIMEOUT_S, BusyWait, connect_readonly, data_fingerprint
+from bapsql.db.rowstream import RowStream, message_of
 from bapsql.errors import DatabaseError, SQLExecutionError, SQLRejected
 
-# Functions a query may call. Decided one by one from `SELECT name FROM pragma_function_list` of the bundled SQLite:
-# core scalar, aggregate, window, date/time, math and JSON functions that are pure and bounded by the length limit.
-# Denied (absent here): load_extension; random, randomblob, zeroblob (non-deterministic or blob bombs); changes,
-# total_changes, last_insert_rowid (connection state); sqlite_version, sqlite_source_id, sqlite_compileoption_*,
-# sqlite_log (introspection / writes to the error log); fts3_tokenizer, fts5*, bm25, highlight, snippet, offsets,
-# matchinfo, match, optimize (full-text internals); rtreecheck, rtreedepth, rtreenode, geopoly_* (extension
-# internals); subtype. The date/time functions accept 'now' (as do current_date/time/timestamp): benchmark gold SQL
-# uses them, and their only hazard is that a result depends on the clock.
-ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
-    """
-    -> ->> abs acos acosh asin asinh atan atan2 atanh avg ceil ceiling char coalesce concat concat_ws cos cosh count
-    cume_dist current_date current_time current_timestamp date datetime degrees dense_rank exp first_value floor
-    format glob group_concat hex if ifnull iif instr json json_array json_array_insert json_array_length
-    json_error_position json_extract json_group_array json_group_object json_insert json_object json_patch
-    json_pretty json_quote json_remove json_replace json_set json_type json_valid jsonb jsonb_array
-    jsonb_array_insert jsonb_extract jsonb_group_array jsonb_group_object jsonb_insert jsonb_object jsonb_patch
-    jsonb_remove jsonb_replace jsonb_set julianday lag last_value lead length like likelihood likely ln log log10 log2
-    lower ltrim max median min mod nth_value ntile nullif octet_length percent_rank percentile percentile_cont
-    percentile_disc pi pow power printf quote radians rank replace round row_number rtrim sign sin sinh sqrt strftime
-    string_agg substr substring sum tan tanh time timediff total trim trunc typeof unhex unicode unistr unistr_quote
-    unixepoch unlikely upper
-    """.split()
-)
-
-# Table-valued functions (eponymous virtual tables) a query may read besides the database's own tables and views.
-ALLOWED_TABLE_FUNCTIONS: frozenset[str] = frozenset({"json_each", "json_tree", "jsonb_each", "jsonb_tree"})
-# Eponymous virtual tables (and temp schema tables) that are never readable, even when no column is read.
-DENIED_TABLE_FUNCTIONS: frozenset[str] = frozenset(
-    {"dbstat", "carray", "generate_series", "sqlite_dbpage", "sqlite_stmt", "sqlite_temp_master", "sqlite_temp_schema",
-     "fts3tokenize", "fts4aux", "fts5vocab"}
-)
-_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema"})
-
-# Authorizer action → rejection code, for everything that is not a plain read.
-_DENIED_ACTIONS: dict[int, str] = {
-    **{getattr(apsw, f"SQLITE_{n}"): "write" for n in ("INSERT", "UPDATE", "DELETE", "COPY")},
-    **{
-        getattr(apsw, f"SQLITE_{n}"): "ddl"
-        for n in (
-            "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE", "CREATE_TEMP_TRIGGER",
-            "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DROP_INDEX", "DROP_TABLE", "DROP_TEMP_INDEX",
-            "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER", "DROP_VIEW", "ALTER_TABLE",
-            "CREATE_VTABLE", "DROP_VTABLE",
-        )
-    },
-    apsw.SQLITE_PRAGMA: "pragma",
-    apsw.SQLITE_ATTACH: "attach",
-    apsw.SQLITE_DETACH: "detach",
-    apsw.SQLITE_TRANSACTION: "transaction",
-    apsw.SQLITE_SAVEPOINT: "transaction",
-    apsw.SQLITE_ANALYZE: "analyze",
-    apsw.SQLITE_REINDEX: "reindex",
-}
-
-# First keyword of a refused statement → rejection code (a friendlier message than the authorizer's).
-_KEYWORD_CODES: dict[str, str] = {
-    "insert": "write", "update": "write", "delete": "write", "replace": "write", "upsert": "write",
-    "create": "ddl", "drop": "ddl", "alter": "ddl", "pragma": "pragma", "attach": "attach", "detach": "detach",
-    "begin": "transaction", "commit": "transaction", "end": "transaction", "rollback": "transaction",
-    "savepoint": "transaction", "release": "transaction", "vacuum": "vacuum", "analyze": "analyze",
-    "reindex": "reindex", "explain": "explain",
-}
-_READ_KEYWORDS = frozenset({"select", "with", "values"})
-_TICKS_PER_CAP = 1024  # progress-handler granularity: N ≈ cap / _TICKS_PER_CAP
-
+__all__ = ["ALLOWED_FUNCTIONS", "QueryResult", "RowStream", "Sandbox", "SandboxLimits"]
 
 @dataclass(frozen=True)
 class SandboxLimits:
@@ -141,85 +94,24 @@ class QueryResult:
     rows_total: int
 
 
-def _scan(sql: str) -> tuple[str, bool]:
-    """Lex ``sql`` the way SQLite does for statement boundaries: skip ``--`` and ``/* */`` comments, '...' strings
-    and "..."/`...`/[...] identifiers. Return (lowercased first keyword, whether non-trivial text follows the first
-    top-level semicolon)."""
-    i, n = 0, len(sql)
-    first = ""
-    seen_token = False
-    after_semicolon = False
-    while i < n:
-        ch = sql[i]
-        if ch in " \t\n\r\f\v":
-            i += 1
-            continue
-        if sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        if sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        if ch == ";":
-            after_semicolon = seen_token or after_semicolon
-            i += 1
-            continue
-        if after_semicolon:
-            return first, True
-        seen_token = True
-        if ch in "'\"`":
-            while True:  # quoted string / identifier; a doubled quote is an escaped quote
-                j = sql.find(ch, i + 1)
-                if j < 0:
-                    i = n
-                    break
-                if j + 1 < n and sql[j + 1] == ch:
-                    i = j + 1
-                    continue
-                i = j + 1
-                break
-            continue
-        if ch == "[":
-            j = sql.find("]", i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        if not first and (ch.isalpha() or ch == "_"):
-            j = i
-            while j < n and (sql[j].isalnum() or sql[j] == "_"):
-                j += 1
-            first = sql[i:j].lower()
-            i = j
-            continue
-        if not first:
-            first = ch
-        i += 1
-    return first, False
-
-
 class Sandbox:
     """One read-only apsw connection to one SQLite file (see the module docstring for the rules it enforces)."""
 
-    def __init__(self, db_path: str | Path, limits: SandboxLimits = SandboxLimits()) -> None:
-        path = Path(db_path).expanduser().resolve()
-        if not path.is_file():
-            raise DatabaseError(f"database file not found: {path}")
-        self.path: Path = path
+    def __init__(self, db_path: str | Path, limits: SandboxLimits = SandboxLimits(), *,
+                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self.limits = limits
-        try:
-            conn = apsw.Connection(
-                path.as_uri() + "?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-            )
-        except apsw.Error as exc:
-            raise DatabaseError(f"cannot open {path} read-only: {exc}") from exc
+        self.wait = BusyWait(busy_timeout_s)
+        conn = connect_readonly(db_path, self.wait)  # DatabaseError (cause and fix) or DatabaseBusy
+        self.path: Path = Path(conn.filename)
+        self._trusted = False  # the sandbox's own BEGIN / COMMIT / PRAGMA pass the authorizer
+        self._holders = 0  # episodes sharing the open snapshot (begin_snapshot / end_snapshot)
         try:
             names = conn.execute("SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')").fetchall()
         except apsw.Error as exc:
             conn.close()
-            raise DatabaseError(f"{path} is not a readable SQLite database: {exc}") from exc
+            raise DatabaseError(f"{self.path} is not a readable SQLite database: {exc}") from exc
         self._conn = conn
-        self._readable = frozenset(str(r[0]).lower() for r in names) | _SCHEMA_TABLES | ALLOWED_TABLE_FUNCTIONS
+        self._readable = frozenset(str(r[0]).lower() for r in names) | SCHEMA_TABLES | ALLOWED_TABLE_FUNCTIONS
         for op, value in (
             (apsw.SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0),
             (apsw.SQLITE_DBCONFIG_DEFENSIVE, 1),
@@ -252,6 +144,8 @@ class Sandbox:
 
     # -- gatekeeping -----------------------------------------------------------------------------------------------
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, dbname: str | None, source: str | None):
+        if self._trusted:
+            return apsw.SQLITE_OK
         if action in (apsw.SQLITE_SELECT, apsw.SQLITE_RECURSIVE):
             return apsw.SQLITE_OK
         if action == apsw.SQLITE_READ:
@@ -269,7 +163,7 @@ class Sandbox:
             if name in ALLOWED_FUNCTIONS:
                 return apsw.SQLITE_OK
             return self._deny(f"function:{name}", f"function {name}() is not allowed in the sandbox")
-        code = _DENIED_ACTIONS.get(action, "denied")
+        code = DENIED_ACTIONS.get(action, "denied")
         return self._deny(code, f"{code} operations are not allowed: the sandbox is read-only (SELECT only)")
 
     def _deny(self, code: str, message: str) -> int:
@@ -293,13 +187,13 @@ class Sandbox:
             raise SQLRejected(
                 f"the SQL is longer than {self.limits.max_sql_length:,} bytes; shorten the query", "sql_too_long"
             )
-        first, more = _scan(sql)
+        first, more = scan_statement(sql)
         if not first:
             raise SQLRejected("empty SQL: write one SELECT statement", "empty")
-        if first in _KEYWORD_CODES:
+        if first in KEYWORD_CODES:
             raise SQLRejected(
                 f"only one read-only SELECT / WITH / VALUES statement is allowed, got {first.upper()!r}",
-                _KEYWORD_CODES[first],
+                KEYWORD_CODES[first],
             )
         if more:
             raise SQLRejected("only one statement is allowed; remove everything after the first ';'",
@@ -310,15 +204,17 @@ class Sandbox:
         cursor.exec_trace = lambda c, text, bindings: readonly.append(c.is_readonly) or True
         try:  # an unknown first word is left to SQLite, whose syntax error is the better message
             length = len(cursor.execute(sql, can_cache=False, explain=1).fetchall())
+        except apsw.BusyError:
+            raise self.wait.busy_error(self.path) from None
         except apsw.Error as exc:
             if self._denial is not None or isinstance(exc, apsw.AuthError):
                 raise self._rejected_from(exc) from None
-            raise SQLExecutionError(_message(exc)) from None
+            raise SQLExecutionError(message_of(exc, self.path)) from None
         finally:
             cursor.close()
         if not all(readonly):  # sqlite3_stmt_readonly: a backstop for writes the authorizer is not asked about
             raise SQLRejected("the statement would write to the database: the sandbox is read-only", "write")
-        if first not in _READ_KEYWORDS:
+        if first not in READ_KEYWORDS:
             raise SQLRejected(
                 f"only one read-only SELECT / WITH / VALUES statement is allowed, got {first.upper()!r}", "not_select"
             )
@@ -328,6 +224,7 @@ class Sandbox:
     def check(self, sql: str) -> None:
         """Raise `SQLRejected` unless ``sql`` is exactly one read-only SELECT/WITH/VALUES statement that passes the
         authorizer (prepared, never run); `SQLExecutionError` if SQLite cannot prepare it (syntax, unknown name)."""
+        self.wait.arm()
         self._program_length(sql)
 
     def stream(self, sql: str, *, vm_step_cap: int | None) -> "RowStream":
@@ -339,6 +236,7 @@ class Sandbox:
             raise ValueError(f"vm_step_cap must be >= 0 or None, got {vm_step_cap}")
         if self._active is not None:
             raise RuntimeError("a RowStream is still open on this Sandbox; close it before starting another")
+        self.wait.arm()
         program_length = self._program_length(sql)
         stream = RowStream(self, sql, vm_step_cap, program_length)
         self._active = stream
@@ -363,12 +261,15 @@ class Sandbox:
     def explain_plan(self, sql: str) -> tuple[str, ...]:
         """``EXPLAIN QUERY PLAN`` detail lines of ``sql`` (checked first, never run), indented two spaces per
         level of nesting."""
+        self.wait.arm()
         self._program_length(sql)
         cursor = self._conn.cursor()
         try:
             rows = cursor.execute(sql, can_cache=False, explain=2).fetchall()
+        except apsw.BusyError:
+            raise self.wait.busy_error(self.path) from None
         except apsw.Error as exc:
-            raise SQLExecutionError(_message(exc)) from None
+            raise SQLExecutionError(message_of(exc, self.path)) from None
         finally:
             cursor.close()
         depth: dict[int, int] = {}
@@ -377,6 +278,94 @@ class Sandbox:
             depth[node_id] = depth.get(parent, -1) + 1
             lines.append("  " * depth[node_id] + str(detail))
         return tuple(lines)
+
+    def program(self, sql: str) -> list[tuple]:
+        """The ``EXPLAIN`` rows of ``sql`` (checked first, never run): the bytecode the estimator models. Prepared on
+        this connection, so inside a snapshot it describes the snapshot's schema and takes no lock of its own."""
+        self.wait.arm()
+        self._program_length(sql)
+        cursor = self._conn.cursor()
+        try:
+            return cursor.execute(sql, can_cache=False, explain=1).fetchall()
+        except apsw.BusyError:
+            raise self.wait.busy_error(self.path) from None
+        except apsw.Error as exc:
+            raise SQLExecutionError(message_of(exc, self.path)) from None
+        finally:
+            cursor.close()
+
+    @property
+    def last_wait_s(self) -> float:
+        """Seconds the last public call (check, stream and its rows, snapshot, ...) waited for another program's
+        lock."""
+        return self.wait.waited_s
+
+    @property
+    def in_snapshot(self) -> bool:
+        return self._conn is not None and not self._conn.get_autocommit()
+
+    def _trusted_rows(self, sql: str) -> list[tuple]:
+        """Run the sandbox's own fixed SQL (BEGIN, COMMIT, fingerprint PRAGMAs) past the authorizer."""
+        self._trusted = True
+        try:
+            return self._conn.execute(sql).fetchall()
+        finally:
+            self._trusted = False
+
+    def begin_snapshot(self, *, deadline: float | None = None) -> float:
+        """Join (or open) the read transaction every later statement reads from, and return the seconds waited for
+        a writer's lock. Holders are counted: episodes that overlap on one sandbox share its snapshot, which ends
+        when the last of them calls `end_snapshot`. ``deadline`` (``time.monotonic()``) cuts the busy timeout to
+        what the request may still spend. Raises `DatabaseBusy` when the lock stayed held for the whole wait (the
+        caller holds nothing then)."""
+        if self._active is not None:
+            raise RuntimeError("a RowStream is still open on this Sandbox; close it before starting a snapshot")
+        if self._holders > 0 and self.in_snapshot:
+            self._holders += 1
+            return 0.0
+        self.wait.deadline = deadline
+        self.wait.arm()
+        try:
+            self._trusted_rows("BEGIN DEFERRED")
+            self._trusted_rows("SELECT count(*) FROM sqlite_schema")  # the first read fixes the snapshot
+        except apsw.BusyError:
+            self._end()
+            raise self.wait.busy_error(self.path) from None
+        except apsw.Error as exc:
+            self._end()
+            raise SQLExecutionError(message_of(exc, self.path)) from None
+        finally:
+            self.wait.deadline = None
+        self._holders = 1
+        return self.wait.waited_s
+
+    def end_snapshot(self) -> None:
+        """Leave the snapshot; the last holder ends its read transaction, after which statements each read the
+        newest committed state. Call once per successful `begin_snapshot`."""
+        self._holders = max(0, self._holders - 1)
+        if self._holders == 0:
+            if self._active is not None:
+                self._active.close()
+            self._end()
+
+    def _end(self) -> None:
+        if self.in_snapshot:
+            try:
+                self._trusted_rows("COMMIT")
+            except apsw.Error:  # a read transaction has nothing to commit; rolling back is as good
+                self._trusted_rows("ROLLBACK")
+
+    def fingerprint(self) -> dict:
+        """`bapsql.db.dbfile.data_fingerprint` of the data this connection sees now (the snapshot's, inside one).
+        Raises `DatabaseBusy` when a writer held its lock for the whole wait."""
+        self.wait.arm()
+        self._trusted = True
+        try:
+            return data_fingerprint(self._conn)
+        except apsw.BusyError:
+            raise self.wait.busy_error(self.path) from None
+        finally:
+            self._trusted = False
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -396,154 +385,3 @@ class Sandbox:
         return f"Sandbox({str(self.path)!r})"
 
 
-class RowStream:
-    """An executing statement: iterate for row tuples; a context manager that finalizes the statement.
-
-    ``columns`` are the output column names; ``vm_steps`` the VM steps so far (exact once the stream has ended,
-    never above the cap); ``interrupted`` is True when the VM-step cap stopped the statement.
-    """
-
-    def __init__(self, sandbox: Sandbox, sql: str, cap: int | None, program_length: int) -> None:
-        self._sandbox = sandbox
-        self._sql = sql
-        self._cap = cap
-        self._margin = 2 * program_length + 16
-        self._every = 1 if cap is None else max(1, (cap - self._margin + 1) // _TICKS_PER_CAP)
-        self._ticks = 0
-        self._armed = False
-        self._statements = 0
-        self._cursor: apsw.Cursor | None = None
-        self._multiple = False
-        self._writes = False
-        self.columns: tuple[str, ...] = ()
-        self.interrupted = False
-        self.done = False
-        self._final_steps: int | None = None
-        self._pending: apsw.Error | None = None  # an error of the first step, raised by the first next()
-
-    @property
-    def vm_steps(self) -> int:
-        if self._final_steps is not None:
-            return self._final_steps
-        return self._ticks * self._every if self._cap is not None else 0
-
-    def _on_exec(self, cursor: apsw.Cursor, sql: str, bindings) -> bool:
-        self._statements += 1
-        if self._statements > 1:
-            if not _scan(sql)[0]:
-                return True  # apsw hands a comment-only tail over as a statement of its own: a no-op
-            self._multiple = True
-            return False
-        if not cursor.is_readonly:
-            self._writes = True
-            return False
-        self.columns = tuple(d[0] for d in cursor.description)
-        self._ticks = 0
-        self._armed = True
-        return True
-
-    def _on_progress(self) -> bool:
-        if not self._armed:
-            return False  # ticks while preparing are not VM steps
-        self._ticks += 1
-        if (self._ticks + 1) * self._every + self._margin - 1 > self._cap:
-            self.interrupted = True
-            return True
-        return False
-
-    def _start(self) -> None:
-        sb = self._sandbox
-        conn = sb._conn
-        cursor = conn.cursor()
-        cursor.exec_trace = self._on_exec
-        self._cursor = cursor
-        if self._cap is not None and self._cap < self._margin:
-            # Too small to guarantee the cap: prepare only (for the column names) and stop before the first opcode.
-            cursor.exec_trace = lambda c, s, b: (setattr(self, "columns", tuple(d[0] for d in c.description)), False)[1]
-            try:
-                cursor.execute(self._sql, can_cache=False)
-            except apsw.ExecTraceAbort:
-                pass
-            except apsw.Error as exc:
-                raise SQLExecutionError(_message(exc)) from None
-            self.interrupted = True
-            self._finish(steps=0)
-            return
-        if self._cap is not None:
-            conn.set_progress_handler(self._on_progress, self._every)
-        sb._profile_steps = None
-        sb._denial = None
-        try:
-            cursor.execute(self._sql, can_cache=False)  # fresh program: see the module docstring
-        except apsw.Error as exc:
-            self._pending = exc  # raised by the first next(), once vm_steps is known to the caller's stream
-
-    def _fail(self, exc: apsw.Error) -> None:
-        """Translate an apsw error raised while running: interruption ends the stream quietly, others raise."""
-        if isinstance(exc, apsw.InterruptError) and self.interrupted:
-            self._finish()
-            return
-        self._finish()
-        if isinstance(exc, apsw.ExecTraceAbort) and self._multiple:
-            raise SQLRejected("only one statement is allowed; remove everything after the first ';'",
-                              "multiple_statements") from None
-        if isinstance(exc, apsw.ExecTraceAbort) and self._writes:
-            raise SQLRejected("the statement would write to the database: the sandbox is read-only", "write") from None
-        if self._sandbox._denial is not None or isinstance(exc, apsw.AuthError):
-            raise self._sandbox._rejected_from(exc) from None
-        raise SQLExecutionError(_message(exc)) from None
-
-    def _finish(self, steps: int | None = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        sb = self._sandbox
-        if self._cursor is not None:
-            try:
-                self._cursor.close()  # resets the statement: the profile event reports its exact VM steps
-            except apsw.Error:
-                pass
-        if sb._conn is not None:
-            sb._conn.set_progress_handler(None)
-        if steps is None:
-            steps = sb._profile_steps if sb._profile_steps is not None else self._ticks * self._every
-        self._final_steps = steps
-        if sb._active is self:
-            sb._active = None
-
-    def __iter__(self) -> Iterator[tuple]:
-        return self
-
-    def __next__(self) -> tuple:
-        if self._pending is not None:
-            exc, self._pending = self._pending, None
-            self._fail(exc)
-            raise StopIteration
-        if self.done:
-            raise StopIteration
-        try:
-            return next(self._cursor)
-        except StopIteration:
-            self._finish()
-            raise
-        except apsw.Error as exc:
-            self._fail(exc)
-            raise StopIteration from None
-
-    def close(self) -> None:
-        """Finalize the statement (idempotent); ``vm_steps`` is exact afterwards."""
-        self._pending = None
-        self._finish()
-
-    def __enter__(self) -> "RowStream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _message(exc: apsw.Error) -> str:
-    """SQLite's message for an apsw error, without apsw's class-name prefix."""
-    text = str(exc)
-    head, sep, rest = text.partition(": ")
-    return rest if sep and head.endswith("Error") else text

@@ -7,7 +7,10 @@ after a visible cap is hit the statement keeps stepping (VM steps charged, ``row
 ``full_result_tokens`` counted) until it completes or the VM-step cap stops it. What is charged (`Cost`) is the
 admitted output plus every VM step spent; by construction no `Cost` field can exceed its cap, and ``breach`` audits
 that anyway. Refusals become ``rejected`` results (with a machine ``rejection`` code) and SQLite errors ``error``
-results; `execute` never raises for bad SQL.
+results; `execute` never raises for bad SQL. A database another program keeps locked for the whole bounded wait
+(`bapsql.db.dbfile.BusyWait`) becomes a ``rejected`` result with code ``busy``: nothing is admitted, only the VM
+steps already spent (if any) are charged, and it is nobody's SQL error. ``wait_s`` reports the time spent waiting
+for other programs' locks in every result.
 
 Result tokens and bytes follow the charging contract of `bapsql.db.rows` (header charged with the first admitted
 row, lines counted separately). ``full_result_tokens`` is a diagnostic: exact for the first `EXACT_TOKEN_ROWS` rows
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 
 from bapsql.db.rows import render_header, render_row
 from bapsql.db.sandbox import Sandbox
-from bapsql.errors import SQLExecutionError, SQLRejected
+from bapsql.errors import DatabaseBusy, SQLExecutionError, SQLRejected
 from bapsql.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -86,10 +89,16 @@ class ShieldResult:
     message: str  # why, when not ok
     rejection: str | None  # machine code of a refusal, e.g. "write", "function:randomblob", "preflight_vm_steps"
     breach: bool  # audit: any cost above its cap (must never happen)
+    wait_s: float = 0.0  # seconds spent waiting for another program's lock on the database
 
 
-def _rejected(code: str, message: str) -> ShieldResult:
-    return ShieldResult("rejected", (), (), None, None, None, ZERO_COST, message, code, False)
+def _rejected(code: str, message: str, wait_s: float = 0.0) -> ShieldResult:
+    return ShieldResult("rejected", (), (), None, None, None, ZERO_COST, message, code, False, wait_s)
+
+
+def busy_result(exc: DatabaseBusy, cost: Cost = ZERO_COST, columns: tuple[str, ...] = ()) -> ShieldResult:
+    """The ``rejected`` / ``busy`` result of a statement that could not get the database's lock in time."""
+    return ShieldResult("rejected", columns, (), None, None, None, cost, str(exc), "busy", False, exc.waited_s)
 
 
 class Shield:
@@ -124,10 +133,13 @@ class Shield:
             return _rejected("no_vm_steps", "no VM steps are left in the budget; the query cannot run")
         try:
             stream = self.sandbox.stream(sql, vm_step_cap=caps.vm_steps)
+        except DatabaseBusy as exc:
+            return busy_result(exc)
         except SQLRejected as exc:
-            return _rejected(exc.code, str(exc))
+            return _rejected(exc.code, str(exc), self.sandbox.last_wait_s)
         except SQLExecutionError as exc:
-            return ShieldResult("error", (), (), None, None, None, ZERO_COST, str(exc), None, False)
+            return ShieldResult("error", (), (), None, None, None, ZERO_COST, str(exc), None, False,
+                                self.sandbox.last_wait_s)
 
         count = self.token_counter.count
         admitted: list[tuple] = []
@@ -171,13 +183,17 @@ class Shield:
                         full_tokens += count(render_row(row))
                         counted_rows += 1
                         extra_counted += 1
-            except (SQLExecutionError, SQLRejected) as exc:  # failed while running: the steps spent are charged
+            except (SQLExecutionError, SQLRejected, DatabaseBusy) as exc:  # failed while running: steps are charged
                 stream.close()
                 cost = Cost(stream.vm_steps, 0, 0, 0)
+                wait = self.sandbox.last_wait_s
+                if isinstance(exc, DatabaseBusy):
+                    return busy_result(exc, cost, columns)
                 if isinstance(exc, SQLRejected):
                     return ShieldResult("rejected", columns, (), None, None, None, cost, str(exc), exc.code,
-                                        cost.exceeds(caps))
-                return ShieldResult("error", columns, (), None, None, None, cost, str(exc), None, cost.exceeds(caps))
+                                        cost.exceeds(caps), wait)
+                return ShieldResult("error", columns, (), None, None, None, cost, str(exc), None, cost.exceeds(caps),
+                                    wait)
         cost = Cost(stream.vm_steps, tokens, len(admitted), nbytes)
         interrupted = stream.interrupted
         if interrupted:
@@ -197,7 +213,7 @@ class Shield:
         else:
             status, cut = "ok", None
         return ShieldResult(status, columns, tuple(admitted), cut, total, full, cost, message, None,
-                            cost.exceeds(caps))
+                            cost.exceeds(caps), self.sandbox.last_wait_s)
 
 
 def _message(truncated_by: str | None, interrupted: bool, caps: Caps, shown: int, total: int | None) -> str:

@@ -28,6 +28,10 @@ Rules (the ledger module states the accounting rules; this module applies them):
   charged (no query); a WARNING line is shown (and counted) when a p95 exceeds what an execution could still admit.
   Under ``estimates: permuted`` (the placebo) the shown p50/p95 — and the warning computed from them — are the payload
   the `PlaceboPool` assigns to the request; charges, the preflight and its caps keep the true estimate.
+- Live databases (`bapsql.env.live`): the first database action opens the episode's read snapshot (all its queries,
+  its gold answer and its official EX read one committed state); a writer's lock held past
+  ``options.busy_timeout_s`` makes that turn a ``busy`` rejection (no query charged), and the turn record carries the
+  time waited (``db_wait_s``).
 - The condition (`EnvOptions.condition`, `bapsql.env.conditions`) decides the tools offered (the system prompt lists
   only those; any other is an invalid action), the dashboard, the estimate view, the preflight wording, the rewriter
   and the post-hoc controller. The handlers are in `bapsql.env.handlers`.
@@ -44,12 +48,14 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from bapsql.budgets import Budget
+from bapsql.db.shield import busy_result
 from bapsql.env import render
 from bapsql.env.actions import InvalidAction, parse_action
 from bapsql.env.evidence import EvidenceStore
 from bapsql.env.handlers import ActionHandlers
 from bapsql.env.handles import DatabaseHandles
 from bapsql.env.ledger import Ledger
+from bapsql.env.live import EpisodeSnapshot
 from bapsql.env.outcome import final_sql, gold_answer, official_ex, official_rows, summarize
 from bapsql.env.records import EnvOptions, EpisodeSummary, StepResult, TurnDraft, TurnRecord
 from bapsql.env.transcript import GENERATION_PROMPT_TOKENS, Transcript
@@ -83,11 +89,16 @@ class BudgetedSQLEnv(ActionHandlers):
         ``seed`` only keys the placebo's assignment (``estimates: permuted``); the environment is deterministic."""
         self._task = None  # a failed reset leaves no half-started episode behind
         self._seed, self._requests = int(seed), 0
+        if getattr(self, "_snapshot", None) is not None:  # live databases: an unfinished previous episode's hold
+            self._snapshot.release()
         self._candidate: str | None = None  # the SQL last estimated (the rule-based rewriter's input)
         self._candidate_est = None
         self._substitutes: dict[str, str] = {}  # policy rewrite -> rule-based SQL (``rewrite: rule``)
         self._executed: list[str] = []  # SQL that ran, in order (official EX uses the final one)
         self._handle = self.handles.get(task.db_path)
+        self._snapshot = EpisodeSnapshot(self._handle.sandbox, busy_timeout_s=self.options.busy_timeout_s,
+                                         request_wall_s=self.options.request_wall_s)
+        self._official_ex_value: bool | None = None
         self._task, self._budget = task, budget
         self._ledger = Ledger(budget)
         self._store = EvidenceStore()
@@ -193,7 +204,7 @@ class BudgetedSQLEnv(ActionHandlers):
             answer=self._answer, citations=self._citations, gold=self._gold() if self._done else None,
             correct=self._correct, abstained=self._abstained, terminated=self.terminated, truncated=self.truncated,
             shield_breach=self._shield_breach, history=self._history, wall_s=time.perf_counter() - self._t0,
-            official_ex=self._official_ex() if self._done else None)
+            official_ex=self._official_ex_value if self._done else None)
 
     # -- observations ----------------------------------------------------------------------------------------------
     def _block_text(self, ref: str) -> str:
@@ -262,8 +273,24 @@ class BudgetedSQLEnv(ActionHandlers):
         return None if fit is None else self._append("tool", fit)
 
     # -- bookkeeping -----------------------------------------------------------------------------------------------
+    def _busy(self, turn: TurnDraft) -> bool:
+        """Live databases (`bapsql.env.live`): hold the episode's read snapshot before its first database action.
+        True when a writer's lock outlasted the bounded wait: the turn is then a 'busy' rejection (a typed
+        ``rejected`` / ``busy`` shield result carrying the wait)."""
+        waited, busy = self._snapshot.join()
+        if busy is None:
+            turn.db_wait_s += waited
+            return False
+        self._ledger.record_rejection()
+        turn.shield, turn.status, turn.message = busy_result(busy), "rejected", str(busy)
+        return True
+
     def _finish(self, *, terminated: bool = False, truncated: bool = False) -> None:
         self._done, self.terminated, self.truncated = True, terminated, truncated
+        if self._snapshot.held:  # gold and official EX read the snapshot the episode read (`bapsql.env.live`)
+            self._gold()
+        self._official_ex_value = self._official_ex()
+        self._snapshot.release()
 
     def _feasible(self) -> bool:
         return self._ledger.feasible and not self._shield_breach

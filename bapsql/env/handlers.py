@@ -119,6 +119,8 @@ class ActionHandlers:
         if rem.vm_steps == 0:
             turn.status, turn.message = "rejected", "no VM steps left"
             return turn, self._show(render.no_vm_steps_left(name))
+        if self._busy(turn):
+            return turn, self._show(render.busy_observation(turn.action, turn.message))
         true_est = self._handle.estimator.estimate(sql, vm_step_cap=rem.vm_steps)
         self._ledger.charge_probe(vm_steps=true_est.probe_vm_steps)
         if rewrite:
@@ -177,6 +179,8 @@ class ActionHandlers:
             led.record_rejection()
             turn.status, turn.message = "rejected", "no queries left"
             return turn, self._show(render.no_query_left())
+        if self._busy(turn):
+            return turn, self._show(render.busy_observation(turn.action, turn.message))
         est = handle.estimator.estimate(sql, vm_step_cap=rem.vm_steps)
         led.charge_probe(vm_steps=est.probe_vm_steps)  # the shield's preflight probe is database work too
         caps = self._caps(len(est.columns))
@@ -195,6 +199,7 @@ class ActionHandlers:
         if res.status == "rejected" or (res.status == "error" and res.cost.vm_steps == 0):
             if res.status == "rejected":
                 led.record_rejection()
+                led.charge_probe(vm_steps=res.cost.vm_steps)  # a lock lost mid-run (busy) still spent its steps
             text = render.shield_observation(res, numbers=cond.preflight == "numbers")
             return turn, self._show(text)
         if res.status == "error":

@@ -2,16 +2,24 @@
 
 `DatabaseHandles.get(path)` opens a `bapsql.db.handle.DatabaseHandle` (sandbox, catalog, estimator, shield) on
 first use and keeps it open; beyond ``max_open`` handles the least recently used one is closed. One cache serves
-many episodes over the same databases; it is not thread-safe (one per worker).
+many episodes over the same databases; it is not thread-safe (one per worker). A database that other programs
+write is checked at every `get` (a file stamp, then — at most once per ``check_interval_s`` — the data fingerprint;
+`bapsql.db.catalog_cache`): once its data drifted past ``catalog_tolerance`` (or its schema changed) the handle is
+reopened and its catalog rebuilt, with a log line saying why; a handle holding an episode's snapshot is never
+reopened under it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
+from bapsql.errors import DatabaseBusy
 from bapsql.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from bapsql.db.calibration import Calibration
@@ -28,6 +36,10 @@ class DatabaseHandles:
         calibration: "Calibration | None" = None,
         cache_dir: Path | None = None,
         max_open: int = 16,
+        catalog_tolerance: float = 0.05,
+        check_interval_s: float = 1.0,
+        busy_timeout_s: float = 3.0,
+        progress: "Callable[[int, int, str], None] | None" = None,
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be at least 1, got {max_open}")
@@ -35,20 +47,37 @@ class DatabaseHandles:
         self.calibration = calibration
         self.cache_dir = cache_dir
         self.max_open = max_open
+        self.catalog_tolerance = catalog_tolerance
+        self.check_interval_s = check_interval_s
+        self.busy_timeout_s = busy_timeout_s  # bound on waiting for a writer while opening (episodes set their own)
+        self.progress = progress  # called per table while a catalog is (re)built: progress(done, total, table)
         self._open: OrderedDict[str, DatabaseHandle] = OrderedDict()
 
     def get(self, db_path: str | Path) -> "DatabaseHandle":
-        """The handle of ``db_path`` (opened on first use; `DatabaseError` if the file cannot be opened)."""
+        """The handle of ``db_path`` (opened on first use; `DatabaseError` if the file cannot be opened,
+        `DatabaseBusy` if a writer kept it locked past the wait on first use)."""
         from bapsql.db.handle import open_database
 
         key = str(Path(db_path).expanduser().resolve())
-        handle = self._open.get(key)
-        if handle is not None:
+        old = self._open.get(key)
+        if old is not None and not old.stale(self.catalog_tolerance, interval_s=self.check_interval_s):
             self._open.move_to_end(key)
-            return handle
-        handle = open_database(key, token_counter=self.token_counter, calibration=self.calibration,
-                               cache_dir=self.cache_dir)
+            return old
+        try:
+            handle = open_database(key, token_counter=self.token_counter, calibration=self.calibration,
+                                   cache_dir=self.cache_dir, catalog_tolerance=self.catalog_tolerance,
+                                   busy_timeout_s=self.busy_timeout_s, progress=self.progress)
+        except DatabaseBusy:
+            if old is None:
+                raise
+            log.warning("catalog of %s is stale but the database is busy; the open handle serves until the next "
+                        "check", Path(key).name)
+            self._open.move_to_end(key)
+            return old
+        if old is not None:
+            old.close()
         self._open[key] = handle
+        self._open.move_to_end(key)
         while len(self._open) > self.max_open:
             _, old = self._open.popitem(last=False)
             old.close()

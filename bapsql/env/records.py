@@ -30,6 +30,9 @@ class EnvOptions:
     per execution. ``gold_vm_step_cap``: VM-step cap for computing a task's gold answer (and the official EX of the
     final SQL) when the task carries none (never charged). ``posthoc_limit``: the rows a ``limit`` post-hoc control
     shows (a fixed LIMIT).
+    ``busy_timeout_s``: how long a database action waits for another program's write lock before the turn becomes
+    a 'database busy' rejection; ``request_wall_s``: the wall time one episode (e.g. a served request) may spend,
+    which cuts every such wait to what is left of it (None: no limit). See `bapsql.env.live`.
     """
 
     condition: Condition = Condition()
@@ -38,12 +41,19 @@ class EnvOptions:
     byte_cap: int = 65_536
     gold_vm_step_cap: int = 200_000_000
     posthoc_limit: int = 20
+    busy_timeout_s: float = 3.0
+    request_wall_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap", "posthoc_limit"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"env.{name}: must be a non-negative integer, got {v!r}")
+        for name in ("busy_timeout_s", "request_wall_s"):
+            v = getattr(self, name)
+            if (v is not None or name == "busy_timeout_s") and (
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+                raise ConfigError(f"env.{name}: must be a non-negative number of seconds, got {v!r}")
 
     @property
     def show_dashboard(self) -> bool:
@@ -108,6 +118,7 @@ class TurnRecord:
     prompt_tokens: int
     completion_tokens: int
     message: str = ""
+    db_wait_s: float = 0.0  # seconds this turn waited for another program's lock on the database
 
     def to_row(self) -> dict:
         """The turns-table columns this record fills (without ``message``): a shallow read, per turn logged."""
@@ -185,6 +196,7 @@ class TurnDraft:
     rewritten: bool = False
     posthoc: str | None = None  # the post-hoc control applied to an executed result (pass/truncate/limit/profile)
     profile: object = None  # the whole-result profile the controller showed instead of rows
+    db_wait_s: float = 0.0  # lock waits outside the shield (joining the episode's snapshot)
 
     def info(self, snap: "LedgerSnapshot", *, max_completion_tokens: int, terminated: bool, truncated: bool) -> dict:
         """The step's ``info`` dict (estimate and shield results as plain dicts)."""
@@ -225,4 +237,5 @@ class TurnDraft:
             result_tokens_before=before.spent.result_tokens, result_tokens_after=after.spent.result_tokens,
             vm_steps_before=before.spent.vm_steps, vm_steps_after=after.spent.vm_steps,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, message=self.message,
+            db_wait_s=round(self.db_wait_s + (getattr(res, "wait_s", 0.0) if res is not None else 0.0), 6),
         )

@@ -195,6 +195,11 @@ def shield_observation(res: "ShieldResult", *, numbers: bool = True) -> str:
     return f"execute_query {res.status}: {res.message}"
 
 
+def busy_observation(action: str, message: str) -> str:
+    """A database action met another program's write lock for the whole bounded wait (`bapsql.env.live`)."""
+    return f"{action} rejected (busy): {message} Nothing ran; no query was charged."
+
+
 def no_query_left() -> str:
     return "execute_query rejected: no queries left. Answer from the evidence you have, or abstain."
 

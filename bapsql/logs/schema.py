@@ -118,6 +118,7 @@ TURNS_SCHEMA = pa.schema(
         pa.field("vm_steps_after", pa.int64(), nullable=False),
         pa.field("prompt_tokens", pa.int64(), nullable=False),
         pa.field("completion_tokens", pa.int64(), nullable=False),
+        pa.field("db_wait_s", pa.float64()),  # seconds the turn waited for another program's lock on the database
     ]
 )
 

@@ -28,10 +28,10 @@ def test_stats_json_contract(demo, tmp_path):
     res = run("stats", "--benchmark", demo, "--json", "--cache-dir", tmp_path)
     assert res.exit_code == 0, res.output
     st = json.loads(res.stdout)
-    assert st["databases"] == 10 and st["tasks"] > 200
+    assert st["databases"] == 14 and st["tasks"] > 200
     assert st["missing_databases"] == [] and st["failed_gold"] == 0
     assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
-    assert set(st["splits"]) == {"train", "validation", "dev"}
+    assert set(st["splits"]) == {"train", "test", "validation", "dev"}  # test: held-out tasks of train DBs
 
 
 def test_stats_table(demo, tmp_path):
@@ -43,8 +43,8 @@ def test_stats_table(demo, tmp_path):
 def test_catalog_and_calibrate(demo, tmp_path):
     res = run("catalog", "--benchmark", demo, "--cache-dir", tmp_path)
     assert res.exit_code == 0, res.output
-    assert "catalogs ready for 10 databases" in res.stdout
-    assert len(list((tmp_path / "catalogs").glob("*.json"))) == 10
+    assert "catalogs ready for 14 databases" in res.stdout
+    assert len(list((tmp_path / "catalogs").glob("*.json"))) == 14
     out = tmp_path / "cal.json"
     res = run("calibrate", "--benchmark", demo, "--out", out, "--max-sqls-per-db", 6, "--json", "--cache-dir",
               tmp_path)
@@ -79,3 +79,21 @@ def test_help_is_useful():
     for cmd in ("build-demo", "stats", "catalog", "calibrate"):
         assert cmd in res.output
     assert "--benchmark" in run("calibrate", "--help").output
+
+
+def test_check_reports_sound_hot_and_damaged_files(tmp_path):
+    from tests.db.writers import crash_mid_write, make_db
+
+    db = make_db(tmp_path / "ok.sqlite", wal=True)
+    res = run("check", "--db", db, "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["ok"] and rep["mode"] == "quick_check" and rep["journal_mode"] == "wal" and rep["problems"] == []
+    hot = make_db(tmp_path / "hot.sqlite", wal=False, rows=20_000)
+    crash_mid_write(hot)
+    res = run("check", "--db", hot)
+    assert res.exit_code == 1 and "hot rollback journal" in res.output and "Traceback" not in res.output
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 50)
+    res = run("check", "--db", junk, "--json")
+    assert res.exit_code == 1 and "not a SQLite database" in json.loads(res.stdout)["problems"][0]

@@ -82,3 +82,35 @@ def test_exec_text_output(run, db):
 def test_exec_help():
     r = CliRunner().invoke(cli, ["exec", "--help"])
     assert r.exit_code == 0 and "--budget" in r.output and "execute_query" in r.output
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_write_lock_past_the_timeout_is_a_busy_rejection(tmp_path, run, cached):
+    from tests.db.writers import hold_lock, make_db, stop
+
+    live = make_db(tmp_path / "live.sqlite", wal=False)
+    if cached:  # the catalog is cached, but opening still needs the lock: rejected while opening
+        assert run("--db", str(live), "--sql", "SELECT 1").exit_code == 0
+    proc = hold_lock(live, 60)
+    try:
+        res = run("--db", str(live), "--sql", "SELECT count(*) FROM item", "--busy-timeout", "0.2", "--json")
+    finally:
+        stop(proc)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["status"] == "rejected" and out["rejection"] == "busy" and "busy" in out["message"]
+    assert out["ledger"]["queries"] == 0 and out["rows"] == []
+    res = run("--db", str(live), "--sql", "SELECT count(*) FROM item", "--json")  # the writer is gone
+    assert res.exit_code == 0 and json.loads(res.stdout)["rows"] == [[2_000]]
+
+
+def test_a_short_write_lock_is_waited_for(tmp_path, run):
+    from tests.db.writers import hold_lock, make_db, stop
+
+    live = make_db(tmp_path / "live.sqlite", wal=False)
+    proc = hold_lock(live, 0.5)
+    try:
+        res = run("--db", str(live), "--sql", "SELECT count(*) FROM item", "--json")
+    finally:
+        stop(proc)
+    assert res.exit_code == 0 and json.loads(res.stdout)["rows"] == [[2_001]]  # the writer's row, committed

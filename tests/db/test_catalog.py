@@ -1,4 +1,5 @@
-"""Catalog contents, sampling, JSON round trip and the fingerprinted cache (bapsql/db/catalog.py)."""
+"""Catalog contents, sampling, JSON round trip (bapsql/db/catalog.py) and the fingerprinted cache
+(bapsql/db/catalog_cache.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bapsql.db import catalog as catalog_mod
-from bapsql.db.catalog import (Catalog, build_catalog, catalog_cache_path, distinct_duj1, fingerprint,
-                               load_or_build_catalog)
+from bapsql.db import catalog_cache
+from bapsql.db.catalog import Catalog, build_catalog, distinct_duj1
+from bapsql.db.catalog_cache import catalog_cache_path, fingerprint, load_or_build_catalog
 from bapsql.db.rows import cell_text
 from bapsql.errors import DatabaseError
 from tests.db.shop_db import STATUS_SHARES, build_shop
@@ -149,5 +151,5 @@ def test_unreadable_files_raise_database_error(tmp_path):
 
 def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("BAPSQL_CACHE_DIR", str(tmp_path / "c"))
-    assert catalog_mod.default_cache_dir() == tmp_path / "c"
+    assert catalog_cache.default_cache_dir() == tmp_path / "c"
     assert catalog_cache_path("x.sqlite").parent == tmp_path / "c" / "catalogs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bapsql.db.calibration import Calibration, load_calibration
-from bapsql.db.catalog import catalog_cache_path
+from bapsql.db.catalog_cache import catalog_cache_path
 from bapsql.db.handle import DatabaseHandle, default_counter, open_database
 from bapsql.db.shield import Caps
 from bapsql.errors import DatabaseError

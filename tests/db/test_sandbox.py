@@ -335,7 +335,7 @@ def test_the_authorizer_and_tracer_hold_without_the_statement_check(db, monkeypa
     # Blind the lexer: it now says every text is one SELECT. The authorizer / exec tracer must still refuse.
     import bapsql.db.sandbox as sandbox_mod
 
-    monkeypatch.setattr(sandbox_mod, "_scan", lambda text: ("select", False))
+    monkeypatch.setattr(sandbox_mod, "scan_statement", lambda text: ("select", False))
     before = sha256(db)
     with Sandbox(db) as s:
         with pytest.raises((SQLRejected, SQLExecutionError)):
