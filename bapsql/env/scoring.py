@@ -349,6 +349,8 @@ def _block_supports(value: object, block: "EvidenceBlock", rows: list[list]) -> 
     """A normalized answer value is supported by a visible block (``rows``: its visible rows, normalized) when it
     matches a visible cell (a tuple value: the cells of one visible row, each column used once), or — for a complete
     block — an aggregate of a visible column: the row count, or the SUM / MIN / MAX / AVG of a numeric column."""
+    if block.state == "compressed":  # a post-hoc whole-result profile: what it shows is visible
+        return not isinstance(value, tuple) and any(cell_match(value, _safe_norm(v)) for v in block.profile.values())
     if isinstance(value, tuple):
         return any(_row_contains(value, r) for r in rows)
     if any(cell_match(value, c) for r in rows for c in r):
@@ -361,6 +363,11 @@ def _block_supports(value: object, block: "EvidenceBlock", rows: list[list]) -> 
         if nums:
             aggregates += [sum(nums), min(nums), max(nums), sum(nums) / len(nums)]
     return any(cell_match(value, Num(a, None)) for a in aggregates)
+
+
+def _visible(block: "EvidenceBlock") -> bool:
+    """Rows in context, or the post-hoc controller's whole-result profile in their place (`bapsql.env.posthoc`)."""
+    return block.state == "visible" or (block.state == "compressed" and block.profile.whole_result)
 
 
 def _safe_norm(v: object) -> object:
@@ -394,7 +401,8 @@ def evidence_breakdown(answer: Answer | None, citations: Sequence[str], store: "
     - provenance (0.25): at least one citation, and every cited block exists and came from a successful execution
       (shield status ``ok`` or ``truncated``).
     - support (recall): 0.25 × the share of the answer's values supported (see `_block_supports`) by some cited
-      block that is currently visible. An empty answer is supported by a cited visible complete block with no rows.
+      block that is currently visible (rows in context, or a post-hoc whole-result profile: its row count, min, max,
+      mean and top values). An empty answer is supported by a cited visible complete block with no rows.
     - corroboration: 0.25 × the share of values supported by two cited visible blocks that are `independent`
       (different SQL and different rows). One block, however complete, does not corroborate itself, and an empty
       answer cannot be corroborated (two empty results are the same result).
@@ -411,14 +419,14 @@ def evidence_breakdown(answer: Answer | None, citations: Sequence[str], store: "
     valid = 0.25 if refs and len(existing) == len(refs) and all(b.state != "discarded" for b in existing) else 0.0
     ran_ok = all(b.status in ("ok", "truncated") for b in existing)
     prov = 0.25 if refs and len(existing) == len(refs) and ran_ok else 0.0
-    visible = list({b.ref: b for b in existing if b.state == "visible"}.values())
+    visible = list({b.ref: b for b in existing if _visible(b)}.values())
     values = _normalize_values(answer.values) if isinstance(answer, Answer) else None
     if values is None or not visible:
         return EvidenceScore(valid, prov, 0.0, 0.0, 0.0)
     keys = {b.ref: result_key(b) for b in existing}
     cited = [keys[b.ref] if b is not None else ("missing", r) for r, b in zip(refs, blocks)]
     if not values:
-        empty = {keys[b.ref] for b in visible if not b.truncated and not b.visible_rows}
+        empty = {keys[b.ref] for b in visible if b.state == "visible" and not b.truncated and not b.visible_rows}
         return EvidenceScore(valid, prov, 0.25 if empty else 0.0, 0.0, citation_precision(cited, empty))
     norm = {b.ref: [[_safe_norm(c) for c in r] for r in b.visible_rows] for b in visible}
     support_sets = [[b.ref for b in visible if _block_supports(v, b, norm[b.ref])] for v in values]
