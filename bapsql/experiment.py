@@ -166,6 +166,17 @@ def _canonical_method(name: str, engines: dict[str, Any], where: str) -> str:
     return canon
 
 
+def placebo_source_method(method: str) -> str | None:
+    """For a placebo method ``P@C`` (``estimates: permuted``), the method whose logged estimates it permutes (the same
+    policy under `bapsql.env.conditions.placebo_source`); None for any other method."""
+    from bapsql.env.conditions import condition, method_name, placebo_source, split_method
+
+    policy, cond = split_method(method)
+    if condition(cond).estimates != "permuted":
+        return None
+    return method_name(policy, placebo_source(cond))
+
+
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     """Cross-field checks (module docstring); returns the config with canonical method names and typed engines."""
     from bapsql.budgets import load_ladder
@@ -203,13 +214,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             if ec.max_model_len < need:
                 raise ConfigError(f"engines.{name}.max_model_len: {ec.max_model_len} cannot hold the "
                                   f"largest swept context budget; set it to at least {need}")
-    from bapsql.env.conditions import condition, split_method
-
     for m in methods:
-        if condition(split_method(m)[1]).estimates == "permuted":
-            raise ConfigError(f"methods: {m} shows permuted estimates (the placebo), which needs a recording pass "
-                              "of the same cell; run it with `bapsql eval --condition shuffled_estimate` (sweeps do "
-                              "not support it yet)")
+        source = placebo_source_method(m)
+        if source is not None and source not in methods:
+            raise ConfigError(f"methods: {m} shows permuted estimates (the placebo); its payloads are recorded from "
+                              f"{source}, which the sweep must run too — add it to methods")
     if cfg.calibration is not None and not Path(cfg.calibration).is_file():
         raise ConfigError(f"calibration: {cfg.calibration} is not a file; fit one with `bapsql data calibrate "
                           "--out FILE` or remove the key for the packaged calibration")

@@ -14,11 +14,11 @@ from bapsql.experiment import ExperimentConfig, load_experiment, resolve_model
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
 
 
-@pytest.mark.parametrize("name", ["smoke", "main", "cluster"])
+@pytest.mark.parametrize("name", ["smoke", "main", "cluster", "table2", "table4", "table2_demo", "table4_demo"])
 def test_shipped_configs_load(name):
     cfg = load_experiment(CONFIGS / f"{name}.yaml")
     assert cfg.run and cfg.methods and cfg.budgets and cfg.seeds
-    assert all(":" not in m for m in cfg.methods)  # canonical, path-safe (Parquet partition values)
+    assert all(":" not in m and "@" in m for m in cfg.methods)  # canonical POLICY@CONDITION, path-safe
     for m in cfg.model_methods:
         assert cfg.engine_of(m) in cfg.engines
 
@@ -89,3 +89,15 @@ def test_to_dict_is_plain_data(tmp_path):
 
 def test_resolve_model_passes_paths_through():
     assert resolve_model("/models/qwen") == "/models/qwen"
+
+
+def test_the_paper_tables_are_every_cell_as_a_method_under_a_condition():
+    from bapsql.env.conditions import split_method
+
+    t2 = load_experiment(CONFIGS / "table2.yaml")
+    assert [split_method(m)[1] for m in t2.methods[:4]] == ["raw", "dashboard", "adaptive_posthoc", "full"]
+    assert {split_method(m)[0] for m in t2.methods} == {"model.sft", "model.sql_rl", "model.bap_rl"}
+    t4 = load_experiment(CONFIGS / "table4.yaml")
+    assert {split_method(m)[1] for m in t4.methods} == {"full", "no_interface", "shuffled_estimate", "no_rewrite",
+                                                        "deterministic_rewrite", "no_abstention"}
+    assert {split_method(m)[0] for m in t4.methods} == {"model.bap_rl"}  # one trained adapter, fixed

@@ -135,3 +135,15 @@ def method_name(policy: str, cond: str | Condition) -> str:
 def with_switches(base: Condition, **switches) -> Condition:
     """``base`` with some switches changed (the name stays; used for one-off conditions in tests and configs)."""
     return dataclasses.replace(base, **switches)
+
+
+def placebo_source(cond: str | Condition) -> Condition:
+    """The condition whose runs record a placebo condition's payloads: the same switches with true estimates (for
+    ``shuffled_estimate``: ``full``). `ConfigError` when no preset has those switches."""
+    c = condition(cond)
+    want = dataclasses.replace(c, estimates="true")
+    for preset in CONDITIONS.values():
+        if dataclasses.replace(preset, name=want.name, description=want.description) == want:
+            return preset
+    raise ConfigError(f"condition {c.name!r}: no preset shows its estimates truthfully with the same switches, so "
+                      "its placebo has no recording run")

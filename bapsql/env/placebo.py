@@ -93,3 +93,15 @@ class PlaceboPool:
     def assignment(self, level: str) -> Mapping[RequestKey, Payload]:
         """The permutation of one level: recorded key → shown payload."""
         return dict(self._assigned.get(level, {}))
+
+
+def pool_to_json(pool: PlaceboPool) -> dict:
+    """Plain data of a pool (what a sweep hands its env workers through the run folder)."""
+    return {"seed": pool.seed, "recorded": [[lv, list(key), [list(q) for q in p]] for lv, key, p in pool.recorded]}
+
+
+def pool_from_json(data: dict) -> PlaceboPool:
+    """The pool `pool_to_json` wrote."""
+    recorded = [(lv, (str(k[0]), int(k[1]), int(k[2])), tuple(tuple(float(x) for x in q) for q in p))
+                for lv, k, p in data["recorded"]]
+    return PlaceboPool(recorded, seed=int(data["seed"]))

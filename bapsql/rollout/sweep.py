@@ -10,7 +10,8 @@
    trajectory writer — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit,
    never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
    process;
-4. runs the `Driver` with a rich progress bar, live metrics to the monitor (W&B offline without an API key, or
+4. runs the `Driver` with a rich progress bar (a placebo method ``P@shuffled_estimate`` runs after the others: its
+   pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`), live metrics to the monitor (W&B offline without an API key, or
    none), then flushes and closes the writer and writes ``sweep.json`` (config + per-cell summary) beside the logs;
 5. returns a `SweepSummary`; `summary_table` renders it (the CLI prints it).
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bapsql.experiment import ExperimentConfig, resolve_model
+from bapsql.experiment import ExperimentConfig, placebo_source_method, resolve_model
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
 from bapsql.rollout.groups import GroupSampler
@@ -75,7 +76,8 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
 
     w = cfg.workers
     specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter,
-                                                     "calibration": cfg.calibration},
+                                                     "calibration": cfg.calibration,
+                                                     "placebo_dir": str((run_dir / "placebo").resolve())},
                        num_cpus=w.env_worker_cpus) for i in range(n_workers)]
     keys: dict[str, list[tuple]] = {}
     for method, ec in engines.items():
@@ -157,7 +159,14 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                 progress_bar.start()
             try:
                 driver = Driver(be, n_workers, engines=engine_keys, config=dcfg, monitor=monitor, progress=progress)
-                result = driver.run(specs, skip=done_ids)
+                placebo = {m: src for m in cfg.methods if (src := placebo_source_method(m)) is not None}
+                first = [s for s in specs if s.method not in placebo]
+                result = driver.run(first, skip=done_ids)
+                if placebo:  # the placebo's methods run once the runs they permute are on disk (bapsql.env.placebo)
+                    _flush_writer(be)
+                    write_placebo_pools(run_dir, placebo)
+                    later = driver.run([s for s in specs if s.method in placebo], skip=done_ids)
+                    result = merge_results(result, later)
             finally:
                 if progress_bar is not None:
                     progress_bar.stop()
@@ -174,6 +183,61 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     if console is not None:
         console.print(summary_table(summary))
     return summary
+
+
+def merge_results(a: RolloutResult, b: RolloutResult) -> RolloutResult:
+    """Two consecutive `Driver.run` results of one sweep (disjoint methods) as one."""
+    restarts = dict(a.restarts)
+    for k, v in b.restarts.items():
+        restarts[k] = max(restarts.get(k, 0), v)
+    return RolloutResult(a.episodes_run + b.episodes_run, a.episodes_skipped + b.episodes_skipped,
+                         a.reruns + b.reruns, restarts, a.generated_tokens + b.generated_tokens,
+                         a.engine_calls + b.engine_calls, a.wall_s + b.wall_s, a.cells + b.cells,
+                         a.trajectories + b.trajectories)
+
+
+def write_placebo_pools(run_dir: Path, placebo: dict[str, str], *, seed: int = 0) -> dict[str, int]:
+    """For each placebo method (→ its source method), the `PlaceboPool` of the source's logged estimate payloads,
+    written to ``run_dir/placebo/<method>.json`` where the env workers load it. Returns payloads per method."""
+    from bapsql.env.placebo import PlaceboPool, pool_to_json
+    from bapsql.errors import ConfigError
+    from bapsql.logs.reader import read_episodes, read_turns
+    from bapsql.rollout.groups import sample_seed
+
+    eps, turns = read_episodes(run_dir), read_turns(run_dir)
+    out_dir = run_dir / "placebo"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for method, source in placebo.items():
+        src_eps = eps[eps.method == source]
+        if src_eps.empty:
+            raise ConfigError(f"{method}: no logged episodes of {source} to record its placebo payloads from")
+        seeds = {r.episode_id: sample_seed(r.seed, r.task_id, r.budget, r.sample) for r in src_eps.itertuples()}
+        est = turns[(turns.method == source) & turns.action.isin(["estimate_query", "rewrite_query"])]
+        est = est.sort_values(["episode_id", "turn"])
+        recorded, k_of = [], {}
+        for r in est.itertuples():
+            k = k_of.get(r.episode_id, 0)
+            k_of[r.episode_id] = k + 1
+            if r.est_rows_p50 is None or r.est_rows_p50 != r.est_rows_p50:  # an estimate that failed shows none
+                continue
+            recorded.append((r.budget, (r.task_id, seeds[r.episode_id], k),
+                             ((r.est_rows_p50, r.est_rows_p95), (r.est_result_tokens_p50, r.est_result_tokens_p95),
+                              (r.est_vm_steps_p50, r.est_vm_steps_p95))))
+        pool = PlaceboPool(recorded, seed=seed)
+        tmp = out_dir / f".{method}.json.tmp"
+        tmp.write_text(json.dumps(pool_to_json(pool)))
+        os.replace(tmp, out_dir / f"{method}.json")
+        counts[method] = len(recorded)
+    return counts
+
+
+def _flush_writer(be: Any) -> None:
+    """Make everything the writer actor holds durable (blocking)."""
+    if hasattr(be, "call"):
+        be.call(("writer", 0), "flush")
+    else:
+        be.actors[("writer", 0)].flush()
 
 
 def _close_writer(be: Any) -> None:

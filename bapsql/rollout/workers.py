@@ -60,7 +60,7 @@ class EnvWorker:
 
     def __init__(self, index: int = 0, *, agents: Mapping[str, AgentConfig] | None = None,
                  token_counter: str = "default", env_options: Any = None, cache_dir: str | None = None,
-                 max_open: int = 16, calibration: str | None = None):
+                 max_open: int = 16, calibration: str | None = None, placebo_dir: str | None = None):
         from bapsql.budgets import load_ladder
         from bapsql.env.records import EnvOptions
 
@@ -75,6 +75,8 @@ class EnvWorker:
             from bapsql.db.calibration import load_calibration
 
             self.calibration = load_calibration(calibration)
+        self.placebo_dir = Path(placebo_dir) if placebo_dir else None
+        self._placebo: dict[str, Any] = {}
         self.ladder = load_ladder()
         self._handles: dict[str, Any] = {}
         self._policies: dict[str, Any] = {}
@@ -94,11 +96,26 @@ class EnvWorker:
                                                           max_open=self.max_open, calibration=self.calibration)
         return self._handles[counter_spec]
 
-    def _new_env(self, counter_spec: str, options: Any):
+    def _new_env(self, counter_spec: str, options: Any, method: str = ""):
         from bapsql.env.episode import BudgetedSQLEnv
 
         handles = self._handles_for(counter_spec)
-        return BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=options)
+        placebo = self._placebo_for(method) if options.condition.estimates == "permuted" else None
+        return BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=options, placebo=placebo)
+
+    def _placebo_for(self, method: str):
+        """The placebo pool of ``method`` (loaded once from the sweep's ``placebo/`` folder; a restarted worker
+        reloads it)."""
+        if method not in self._placebo:
+            import json
+
+            from bapsql.env.placebo import pool_from_json
+
+            path = self.placebo_dir / f"{method}.json" if self.placebo_dir else None
+            if path is None or not path.is_file():
+                raise ConfigError(f"{method}: no placebo pool at {path}; a sweep records it before the method runs")
+            self._placebo[method] = pool_from_json(json.loads(path.read_text()))
+        return self._placebo[method]
 
     def options_for(self, method: str):
         """The env options of a method ``P@C``: the worker's options under the method's condition."""
@@ -128,7 +145,8 @@ class EnvWorker:
             if spec.method not in self._policies:
                 policy = make_policy(spec.method)
                 self._policies[spec.method] = policy
-                self._envs[spec.method] = self._new_env(self.counter_spec, self.options_for(spec.method))
+                self._envs[spec.method] = self._new_env(self.counter_spec, self.options_for(spec.method),
+                                                        spec.method)
             policy, env = self._policies[spec.method], self._envs[spec.method]
             summary = play_episode(env, policy, spec.task, self.ladder[spec.level], spec.sample_seed)
             ep, turns = episode_rows(spec, summary, env.turn_records)
@@ -161,7 +179,7 @@ class EnvWorker:
             if not self.is_model(spec.method):
                 raise ConfigError(f"{spec.method} is not a model policy of this worker; known: {sorted(self.agents)}")
             cfg = self.agents[spec.method]
-            env = self._new_env(cfg.model_dir, self.options_for(spec.method))
+            env = self._new_env(cfg.model_dir, self.options_for(spec.method), spec.method)
             agent = ModelAgent(env, self._template(spec.method), cfg, episode_key=spec.episode_id,
                                seed=spec.sample_seed)
             agent.reset(spec.task, self.ladder[spec.level])

@@ -100,3 +100,24 @@ def test_actors_the_cluster_cannot_schedule_fail_loudly_instead_of_hanging(local
     with pytest.raises(RolloutError, match="reserve 64 CPUs"):
         be.start([ActorSpec(("env", 0), EnvWorker, (0,), num_cpus=64)], timeout_s=3)
     be.shutdown()
+
+
+def test_one_model_under_two_conditions_in_one_ray_sweep(local_ray, bench, tiny_model, tmp_path):
+    """A model policy runs under any condition: model:tiny@full and @no_interface in one sweep, each logged with its
+    condition, and the no_interface prompts offer no estimate / rewrite tools."""
+    from bapsql.rollout.engines.base import EngineConfig
+    from bapsql.rollout.sweep import run_sweep
+
+    engine = EngineConfig(kind="hf", model=str(tiny_model), max_model_len=12288, num_threads=1)
+    cfg = _config(bench, ["model:tiny@full", "model:tiny@no_interface"], engines={"tiny": engine},
+                  budgets=("XS",), seeds=(0,))
+    assert cfg.methods == ("model.tiny@full", "model.tiny@no_interface")
+    run_sweep(cfg, out_dir=tmp_path / "run")
+    eps = _exactly_once(tmp_path / "run", 2 * 12)
+    assert dict(Counter(zip(eps["method"], eps["condition"]))) == {("model.tiny@full", "full"): 12,
+                                                                   ("model.tiny@no_interface", "no_interface"): 12}
+    turns = read_turns(tmp_path / "run")
+    assert set(turns["condition"]) == {"full", "no_interface"}
+    planless = turns[turns.condition == "no_interface"]
+    # an untrained model may emit any tool name; under no_interface the planning tools are never valid
+    assert not planless.action.isin(["estimate_query", "rewrite_query"]).any()
