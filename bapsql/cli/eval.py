@@ -37,7 +37,8 @@ def _check_benchmark(benchmark: str) -> None:
 
 @click.command("eval")
 @click.option("--benchmark", required=True, help=_BENCH_HELP)
-@click.option("--split", default="dev", show_default=True, help="Split to evaluate (train, validation, dev).")
+@click.option("--split", default="dev", show_default=True,
+              help="Split to evaluate (train, test = held-out tasks of the train databases, validation, dev).")
 @click.option("--policy", "policy_name", required=True, metavar="NAME",
               help="Policy name, e.g. workflow.estimate_rewrite or scripted.drafter (see `bapsql policies`), "
                    "optionally with its condition as NAME@CONDITION.")
@@ -45,13 +46,15 @@ def _check_benchmark(benchmark: str) -> None:
               help="Condition to run under (see `bapsql conditions`); default: the one in --policy, else full.")
 @click.option("--calibration", default=None, type=click.Path(dir_okay=False, exists=True),
               help="Estimator calibration JSON (from `bapsql data calibrate`); default: the packaged one.")
+@click.option("--posthoc-engine", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Engine YAML of a model that decides the adaptive post-hoc control (default: the rule-based one).")
 @click.option("--budgets", default="XS,S,M,L", show_default=True, help="Comma-separated budget levels.")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds, e.g. 0,1,2.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run folder for the logs.")
 @click.option("--run-name", default=None, help="Run name in the logs (default: the --out folder's name).")
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Evaluate only the first N tasks.")
 def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None, calibration: str | None,
-             budgets: str, seeds: str, out_dir: str, run_name: str | None, limit: int | None) -> None:
+             posthoc_engine: str | None, budgets: str, seeds: str, out_dir: str, run_name: str | None, limit: int | None) -> None:
     """Run one policy under one condition over a benchmark split × budgets × seeds in-process; log Parquet.
 
     Writes OUT/episodes/method=POLICY@CONDITION/budget=B/*.parquet, OUT/turns/... and OUT/sweep.json (methods and
@@ -67,7 +70,8 @@ def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None
     levels, seed_list = _budgets(budgets), _seeds(seeds)
     try:
         summary = evaluate(benchmark, split, policy_name, levels, seed_list, out_dir, run_name=run_name,
-                           limit=limit, condition=condition, calibration=calibration, console=Console(stderr=True))
+                           limit=limit, condition=condition, calibration=calibration,
+                           posthoc_engine=posthoc_engine, console=Console(stderr=True))
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{summary.method}: {summary.episodes_run} episodes logged to {out_dir} "

@@ -65,20 +65,24 @@ from bapsql.types import Answer, Task
 
 if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.placebo import PlaceboPool
+    from bapsql.env.posthoc import Controller
 
 _TRAILER_TOKENS = 2  # <|im_end|> and the newline the template adds after a completion
 
 
 class BudgetedSQLEnv(ActionHandlers):
     """The budgeted text-to-SQL episode (see the module docstring; the action handlers are in
-    `bapsql.env.handlers`). ``placebo``: the `PlaceboPool` a ``permuted``-estimates condition shows from."""
+    `bapsql.env.handlers`). ``placebo``: the `PlaceboPool` a ``permuted``-estimates condition shows from;
+    ``controller``: a model-backed post-hoc `Controller` for the ``adaptive`` control (None: the rule-based one)."""
 
     def __init__(self, *, token_counter: TokenCounter, handles: DatabaseHandles | None = None,
-                 options: EnvOptions = EnvOptions(), placebo: "PlaceboPool | None" = None) -> None:
+                 options: EnvOptions = EnvOptions(), placebo: "PlaceboPool | None" = None,
+                 controller: "Controller | None" = None) -> None:
         self.counter = token_counter
         self.handles = handles if handles is not None else DatabaseHandles(token_counter)
         self.options = options
         self.placebo = placebo
+        self.controller = controller
         self._task: Task | None = None
         self._system: tuple[str, int] | None = None  # (system prompt, its context tokens), reused across episodes
         self._official: dict[tuple[str, str], frozenset | None] = {}  # (db, sql) -> unbudgeted result rows

@@ -28,7 +28,7 @@ from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, InvalidAction, ManageEvidence, RewriteQuery,
 )
 from bapsql.env.evidence import EvidenceBlock, Profile
-from bapsql.env.posthoc import ResultProfiler, decide
+from bapsql.env.posthoc import ResultProfiler, decide, shape_of
 from bapsql.env.records import TurnDraft
 from bapsql.env.rewriter import DEFAULT_K, affordable_rows, deterministic_rewrite
 from bapsql.env.scoring import answers_match
@@ -234,9 +234,19 @@ class ActionHandlers:
         if cond.posthoc != "none":
             whole = profiler.profile(res.columns, complete=res.truncated_by != "vm_steps")
             prefix = render.block_body(block(0, "compressed", Profile(0, False, 0, ()))).split("]")[0] + "] "
-            d = decide(cond.posthoc, status=res.status, truncated_by=res.truncated_by, admitted=len(rows),
+            mode, spent = cond.posthoc, 0
+            cut = res.status == "truncated" or k < len(rows)
+            if mode == "adaptive" and self.controller is not None and cut:
+                choice = self.controller.choose(shape_of(
+                    rows_total=res.rows_total, columns=res.columns, admitted=len(rows), rows_fit=k,
+                    full_result_tokens=res.full_result_tokens, profile=whole, allowance=caps.result_tokens,
+                    truncated_by=res.truncated_by, count=count))
+                mode, spent = ("none" if choice.control == "pass" else choice.control), (
+                    choice.prompt_tokens + choice.completion_tokens)
+            d = decide(mode, status=res.status, truncated_by=res.truncated_by, admitted=len(rows),
                        rows_fit=k, limit=self.options.posthoc_limit, profile=whole, allowance=caps.result_tokens,
                        count=lambda text: count(prefix + text))
+            led.charge_controller(spent)
             turn.posthoc = d.control
             note = d.note
             if d.control == "profile":

@@ -19,6 +19,12 @@ fitted, profiles one that was cut (when at least the row-count line fits), and t
 (its profile would describe an unknown fraction of the rows) or whose profile does not fit. The fixed modes apply
 their control to every result that was cut.
 
+``adaptive`` may instead be decided by a `Controller` given to the environment (``BudgetedSQLEnv(controller=...)``):
+it sees the result's `ResultShape` (rows, columns, tokens of the whole result and of its profile, the allowance) and
+names a control; `bapsql.rollout.posthoc_engine.EngineController` prompts a model engine with that shape. What it
+names is applied as the fixed mode of that name (a profile that does not fit falls back to truncation), and the
+tokens it read and wrote are charged as controller tokens.
+
 Accounting: the admitted result tokens are the tokens of what is rendered (rows or profile), never more than the
 allowance; the scan is charged in full (post-hoc control cannot refund VM steps or the query); the controller's
 own note is charged as controller tokens. `ResultProfiler` keeps bounded memory: exact counts for the first
@@ -28,7 +34,7 @@ own note is charged as controller tokens. `ResultProfiler` keeps bounded memory:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from bapsql.db.rows import cell_text
 from bapsql.env.evidence import ColumnProfile, Profile
@@ -158,3 +164,42 @@ def decide(mode: str, *, status: str, truncated_by: str | None, admitted: int, r
         k = min(limit, rows_fit)
         return Decision("limit", k, None, f"[post-hoc control: fixed LIMIT {limit}]")
     return Decision("truncate", rows_fit, None, "[post-hoc control: truncated to the rows that fit]")
+
+
+@dataclass(frozen=True)
+class ResultShape:
+    """What a post-hoc controller is told about one executed result (never its rows)."""
+
+    rows_total: int | None  # None: the VM-step cap stopped the statement
+    columns: tuple[str, ...]
+    rows_admitted: int
+    rows_fit: int
+    full_result_tokens: int | None
+    profile_tokens: int | None  # tokens of the whole-result profile (None: none could be made)
+    allowance: int  # result tokens the rendering may use
+    truncated_by: str | None
+
+
+@dataclass(frozen=True)
+class ControllerChoice:
+    """A controller's decision and what it cost: the control (one of `CONTROLS`) and its prompt / completion
+    tokens (charged as controller tokens)."""
+
+    control: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    note: str = ""
+
+
+class Controller(Protocol):
+    """Decides the control of the ``adaptive`` post-hoc condition for one result."""
+
+    def choose(self, shape: ResultShape) -> ControllerChoice: ...
+
+
+def shape_of(*, rows_total: int | None, columns: Sequence[str], admitted: int, rows_fit: int,
+             full_result_tokens: int | None, profile: Profile | None, allowance: int, truncated_by: str | None,
+             count: Callable[[str], int]) -> ResultShape:
+    """The `ResultShape` a controller sees."""
+    return ResultShape(rows_total, tuple(columns), admitted, rows_fit, full_result_tokens,
+                       count(profile.render()) if profile is not None else None, allowance, truncated_by)

@@ -195,10 +195,12 @@ def record_placebo(env: Any, policy: Policy, tasks: Sequence[Task], levels: Sequ
 def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: Sequence[str | Budget],
              seeds: Iterable[int], out_dir: str | Path, *, run_name: str | None = None, limit: int | None = None,
              condition: str | None = None, console: Any = None, env_options: Any = None,
-             token_counter: Any = None, calibration: str | Path | None = None) -> RunSummary:
+             token_counter: Any = None, calibration: str | Path | None = None,
+             posthoc_engine: str | Path | None = None) -> RunSummary:
     """Run ``policy_name`` (``P`` or ``P@C``) under its condition on ``split`` × ``budgets`` × ``seeds`` and log it
     (see the module docstring). ``condition`` overrides the one in the name; ``calibration`` is a calibration JSON
-    (None: the packaged default), recorded with its hash in ``out_dir/sweep.json``."""
+    (None: the packaged default), recorded with its hash in ``out_dir/sweep.json``; ``posthoc_engine`` an engine
+    YAML whose model decides the ``adaptive`` post-hoc control (`bapsql.rollout.posthoc_engine`; None: the rule)."""
     from bapsql.db.calibration import load_calibration
     from bapsql.env.conditions import method_name, split_method
     from bapsql.env.episode import BudgetedSQLEnv
@@ -251,9 +253,19 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
             rows[level].append(ep)
         played.clear()
 
+    controller = engine = None
+    if posthoc_engine is not None:
+        from bapsql.policies.chat import ChatTemplate
+        from bapsql.rollout.engines.base import load_engine_config
+        from bapsql.rollout.engines.factory import make_engine
+        from bapsql.rollout.posthoc_engine import EngineController
+
+        ecfg = load_engine_config(posthoc_engine)
+        engine = make_engine(ecfg)
+        controller = EngineController(engine, ChatTemplate.from_dir(ecfg.tokenizer_dir or ecfg.model))
     try:
         with DatabaseHandles(counter, calibration=cal) as handles:
-            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options)
+            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options, controller=controller)
             if options.condition.estimates == "permuted":
                 if progress is not None:
                     progress.update(bar, description=f"{method} (placebo: recording the true estimates)")
@@ -286,6 +298,8 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         log_s += time.perf_counter() - t0
         if progress is not None:
             progress.stop()
+        if engine is not None:
+            engine.close()
     result = RunSummary(
         run=run, run_dir=out, method=method, split=split, budgets=tuple(b.level for b in levels), seeds=seeds,
         tasks=len(tasks), episodes_run=sum(len(v) for v in rows.values()), episodes_skipped=skipped,

@@ -145,3 +145,42 @@ def test_the_fixed_limit_shows_at_most_the_limit(make_env, task):
     r = act(env, ExecuteQuery(BROAD))
     assert r.info["posthoc"] == "limit" and len(env.evidence.get("E1").rows) == 3
     assert dataclasses.replace(env.options, posthoc_limit=3).posthoc_limit == 3
+
+
+class _Named:
+    """A controller that names one control and reports fixed token costs."""
+
+    def __init__(self, control):
+        self.control, self.shapes = control, []
+
+    def choose(self, shape):
+        from bapsql.env.posthoc import ControllerChoice
+
+        self.shapes.append(shape)
+        return ControllerChoice(self.control, prompt_tokens=40, completion_tokens=2)
+
+
+def test_a_controller_decides_the_adaptive_control_and_is_charged(handles, task):
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.records import EnvOptions
+    from bapsql.tokens import RegexTokenCounter
+
+    for control, shown in (("profile", "compressed"), ("truncate", "visible")):
+        ctl = _Named(control)
+        env = BudgetedSQLEnv(token_counter=RegexTokenCounter(), handles=handles,
+                             options=EnvOptions().under("adaptive_posthoc"), controller=ctl)
+        env.reset(task, XS)
+        r = act(env, ExecuteQuery(BROAD))
+        assert r.info["posthoc"] == control and env.evidence.get("E1").state == shown
+        (shape,) = ctl.shapes
+        assert shape.rows_total == 600 and shape.columns == ("id", "name", "age", "city_id")
+        assert shape.allowance <= XS.result_tokens and shape.profile_tokens > 0
+        assert env.ledger.controller_tokens >= 42  # the controller's prompt and completion
+        assert env.ledger.feasible
+    # a result that fits is never sent to the controller
+    ctl = _Named("profile")
+    env = BudgetedSQLEnv(token_counter=RegexTokenCounter(), handles=handles,
+                         options=EnvOptions().under("adaptive_posthoc"), controller=ctl)
+    env.reset(task, M)
+    act(env, ExecuteQuery(PARIS))
+    assert ctl.shapes == [] and env.ledger.controller_tokens == 0
