@@ -28,7 +28,7 @@ def test_stats_json_contract(demo, tmp_path):
     res = run("stats", "--benchmark", demo, "--json", "--cache-dir", tmp_path)
     assert res.exit_code == 0, res.output
     st = json.loads(res.stdout)
-    assert st["databases"] == 10 and st["tasks"] > 200
+    assert st["databases"] == 14 and st["tasks"] > 200
     assert st["missing_databases"] == [] and st["failed_gold"] == 0
     assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
     assert set(st["splits"]) == {"train", "validation", "dev"}
@@ -44,7 +44,7 @@ def test_catalog_and_calibrate(demo, tmp_path):
     res = run("catalog", "--benchmark", demo, "--cache-dir", tmp_path)
     assert res.exit_code == 0, res.output
     assert "catalogs ready for 10 databases" in res.stdout
-    assert len(list((tmp_path / "catalogs").glob("*.json"))) == 10
+    assert len(list((tmp_path / "catalogs").glob("*.json"))) == 14
     out = tmp_path / "cal.json"
     res = run("calibrate", "--benchmark", demo, "--out", out, "--max-sqls-per-db", 6, "--json", "--cache-dir",
               tmp_path)
