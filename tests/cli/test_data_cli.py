@@ -16,7 +16,7 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli_demo") / "bench"
     res = CliRunner().invoke(cli, ["data", "build-demo", "--scale", "small", "--out", str(out), "--workers", "1"])
     assert res.exit_code == 0, res.output
-    assert "wrote 10 databases" in res.output
+    assert "wrote 14 databases" in res.output
     return out
 
 
@@ -31,7 +31,7 @@ def test_stats_json_contract(demo, tmp_path):
     assert st["databases"] == 14 and st["tasks"] > 200
     assert st["missing_databases"] == [] and st["failed_gold"] == 0
     assert set(st["answer_types"]) == {"scalar", "list", "ordered_list"}
-    assert set(st["splits"]) == {"train", "validation", "dev"}
+    assert set(st["splits"]) == {"train", "test", "validation", "dev"}
 
 
 def test_stats_table(demo, tmp_path):
@@ -43,7 +43,7 @@ def test_stats_table(demo, tmp_path):
 def test_catalog_and_calibrate(demo, tmp_path):
     res = run("catalog", "--benchmark", demo, "--cache-dir", tmp_path)
     assert res.exit_code == 0, res.output
-    assert "catalogs ready for 10 databases" in res.stdout
+    assert "catalogs ready for 14 databases" in res.stdout
     assert len(list((tmp_path / "catalogs").glob("*.json"))) == 14
     out = tmp_path / "cal.json"
     res = run("calibrate", "--benchmark", demo, "--out", out, "--max-sqls-per-db", 6, "--json", "--cache-dir",
