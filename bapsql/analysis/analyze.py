@@ -122,7 +122,7 @@ def summarize(
     against (None: no reference sections). Raises `RunLogError` for a ``reference`` the runs do not hold."""
     if replicates < 1:
         raise RunLogError(f"replicates must be at least 1, got {replicates}")
-    ep = logs.episodes
+    ep = logs.episodes if "condition" in logs.episodes else logs.episodes.assign(condition=None)
     methods = tuple(sorted(ep["method"].unique()))
     levels = order_levels(ep["budget"].unique())
     if reference is not None and reference not in methods:

@@ -49,7 +49,7 @@ DEFAULTS: dict[str, object] = {"run": RUN_NAME, "sample": 0, "breach": False}
 # Fields the analysis reads that an older schema may not declare yet.
 _EXTRA_FIELDS: dict[str, pa.Field] = {"condition": pa.field("condition", pa.string())}
 TURN_COLUMNS: tuple[str, ...] = (
-    "method", "budget", "seed", "task_id", "db_id", "episode_id", "turn", "action", "warning",
+    "method", "condition", "budget", "seed", "task_id", "db_id", "episode_id", "turn", "action", "warning",
     "est_rows_p50", "est_rows_p95", "est_result_tokens_p50", "est_result_tokens_p95",
     "est_vm_steps_p50", "est_vm_steps_p95", "actual_rows", "actual_result_tokens", "actual_vm_steps",
 )
@@ -146,11 +146,12 @@ def split_method(label: str) -> tuple[str, str | None]:
 
 def apply_conditions(episodes: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """Make ``method`` carry the condition and ``condition`` hold it (module docstring); returns the frame and
-    notes (rows whose ``condition`` disagrees with their method's suffix keep their method, and are counted)."""
+    notes (rows whose ``condition`` disagrees with their method's suffix keep their method and its suffix as the
+    condition, and are counted). An empty condition string is no condition."""
     method = episodes["method"].astype(str)
-    cond = episodes["condition"]
+    cond = episodes["condition"].where(episodes["condition"] != "")
     has_at = method.str.contains("@", regex=False)
-    suffix = method.str.partition("@")[2].where(has_at)
+    suffix = pd.Series([split_method(m)[1] for m in method], index=method.index, dtype=object)
     known = cond.notna()
     notes = []
     clash = int((known & has_at & (cond != suffix)).sum())
@@ -159,7 +160,7 @@ def apply_conditions(episodes: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, .
                      "method label was kept")
     out = episodes.assign(
         method=method.where(~(known & ~has_at), method + "@" + cond.astype(str)),
-        condition=cond.where(known, suffix),
+        condition=suffix.where(has_at, cond),
     )
     return out, tuple(notes)
 
@@ -205,6 +206,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> RunLogs:
             + ", ".join(f"{c} ({_default_text(c)})" for c in missing)
         )
     episodes, cond_notes = apply_conditions(episodes)
+    turns, _ = apply_conditions(turns)
     notes += cond_notes
     versions = episodes["schema_version"].dropna()
     if len(versions) and int(versions.max()) > SCHEMA_VERSION:

@@ -341,7 +341,7 @@ HOTELS = Domain("hotel_bookings", "a hotel chain's bookings", (
                                                  "Canada", "Spain", "Italy"), zipf=1.0),
         Col("loyalty", "code", "loyalty level", values=("N", "S", "G"), labels=("no", "silver", "gold"),
             phrase="guests with {label} loyalty status", zipf=1.3))),
-    Table("bookings", "booking", "bookings", 9_000, 350_000, (
+    Table("bookings", "booking", "bookings", 9_000, 200_000, (
         Col("id", "pk", "id"), Col("hotel_id", "fk", "hotel", ref="hotels", zipf=0.9, index=True),
         Col("guest_id", "fk", "guest", ref="guests", zipf=0.5, index=True),
         Col("checkin_date", "date", "check-in date", lo=2021, hi=2024),
@@ -376,7 +376,7 @@ MUSIC = Domain("music_streams", "a music streaming service", (
         Col("plan", "code", "plan", values=("F", "P", "H"), labels=("free", "premium", "family"),
             phrase="listeners on the {label} plan", zipf=1.0),
         Col("age", "int", "age", lo=14, hi=75, nulls=0.1))),
-    Table("plays", "play", "plays", 14_000, 700_000, (
+    Table("plays", "play", "plays", 14_000, 300_000, (
         Col("id", "pk", "id"), Col("track_id", "fk", "track", ref="tracks", zipf=1.1, index=True),
         Col("listener_id", "fk", "listener", ref="listeners", zipf=0.6),
         Col("play_date", "date", "play date", lo=2023, hi=2024),
@@ -395,7 +395,7 @@ SHIPPING = Domain("parcel_shipping", "a parcel delivery company", (
         Col("vehicle", "code", "vehicle", values=("V", "B", "C"), labels=("van", "bike", "car"),
             phrase="couriers driving a {label}", zipf=1.0),
         Col("hire_year", "int", "hire year", lo=2010, hi=2024))),
-    Table("parcels", "parcel", "parcels", 12_000, 600_000, (
+    Table("parcels", "parcel", "parcels", 12_000, 250_000, (
         Col("id", "pk", "id"), Col("courier_id", "fk", "courier", ref="couriers", zipf=0.5, index=True),
         Col("sent_date", "date", "sent date", lo=2022, hi=2024, index=True),
         Col("weight_kg", "float", "weight in kg", lo=1.5, hi=0.9, dist="lognormal", decimals=2, nulls=0.02),
@@ -421,7 +421,7 @@ MUSEUMS = Domain("museum_visits", "a group of museums", (
                                              "technology"), zipf=0.9, dirty=0.08),
         Col("start_date", "date", "start date", lo=2015, hi=2024),
         Col("cost", "float", "cost in thousands", lo=90.0, hi=0.7, dist="lognormal", decimals=1, nulls=0.05))),
-    Table("tickets", "ticket", "tickets", 13_000, 650_000, (
+    Table("tickets", "ticket", "tickets", 13_000, 250_000, (
         Col("id", "pk", "id"), Col("exhibition_id", "fk", "exhibition", ref="exhibitions", zipf=0.8, index=True),
         Col("visit_date", "date", "visit date", lo=2021, hi=2024),
         Col("kind", "code", "ticket kind", values=("A", "C", "S", "M"), labels=("adult", "child", "senior",

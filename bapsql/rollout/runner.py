@@ -47,9 +47,9 @@ def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root = root / f"demo-{DEMO_SCALE}"
-    if not (root / "benchmark.json").is_file():
-        from bapsql.data.demo import build_demo
+    from bapsql.data.demo import build_demo, demo_is_current
 
+    if not demo_is_current(root):  # missing, or written by an older generator (other databases and splits)
         if announce:
             announce(f"building the embedded demo benchmark ({DEMO_SCALE} scale) into {root} ...")
         build_demo(root, scale=DEMO_SCALE, seed=0)

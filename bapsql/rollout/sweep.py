@@ -59,10 +59,10 @@ def benchmark_dir(cfg: ExperimentConfig, *, announce: Callable[[str], None] | No
     if cfg.benchmark != "demo":
         return Path(cfg.benchmark)
     from bapsql.data.cache import default_cache_dir
-    from bapsql.data.demo import build_demo
+    from bapsql.data.demo import build_demo, demo_is_current
 
     root = default_cache_dir() / f"demo-{cfg.demo_scale}"
-    if not (root / "benchmark.json").is_file():
+    if not demo_is_current(root):  # missing, or written by an older generator (other databases and splits)
         if announce:
             announce(f"building the embedded benchmark ({cfg.demo_scale} scale) into {root} ...")
         build_demo(root, scale=cfg.demo_scale, seed=0)

@@ -131,3 +131,26 @@ def test_official_ex_row_uses_the_logged_column(tmp_path):
     assert "| Method | XS EX (%) | S EX (%) | M EX (%) | L EX (%) |" in md
     assert "| a | 75.0 | 75.0 | 75.0 | 75.0 |" in md and "| b | — | — | — | — |" in md
     assert "Official EX: absent" not in md
+
+
+def test_condition_labels_are_consistent_and_reach_the_turns(tmp_path):
+    import pandas as pd
+
+    from bapsql.analysis.load import apply_conditions
+
+    frame = pd.DataFrame({"method": ["a", "b@x", "c", "d@y"], "condition": [None, None, "", "z"]})
+    out, notes = apply_conditions(frame)
+    assert list(out["method"]) == ["a", "b@x", "c", "d@y"]
+    assert [c if isinstance(c, str) else None for c in out["condition"]] == [None, "x", None, "y"]
+    assert len(notes) == 1 and "1 episode(s)" in notes[0]
+    empty, _ = apply_conditions(frame.iloc[:0])
+    assert empty.empty
+    rows = [{**r, "condition": "raw"} for r in _core_rows(methods=("p",), n_db=5)]
+    _write_plain(tmp_path / "r", rows)
+    (tmp_path / "r" / "turns").mkdir()
+    turn = {"method": "p", "condition": "raw", "budget": "XS", "seed": 0, "task_id": "q000", "db_id": "db0",
+            "episode_id": "e", "turn": 1, "action": "execute_query", "warning": False, "est_rows_p95": 10.0,
+            "actual_rows": 3}
+    pq.write_table(pa.Table.from_pylist([turn]), tmp_path / "r" / "turns" / "part.parquet")
+    logs = load_runs([tmp_path / "r"])
+    assert set(logs.episodes["method"]) == {"p@raw"} and list(logs.turns["method"]) == ["p@raw"]

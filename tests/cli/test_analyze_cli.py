@@ -33,7 +33,7 @@ def run_dir(tmp_path_factory):
 def test_analyze_writes_the_report_and_says_where(run_dir, tmp_path):
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["analyze", str(run_dir), "--out", str(out), "--replicates", "300",
-                                      "--seed", "3"])
+                                      "--seed", "3", "--reference", "sft"])
     assert result.exit_code == 0, result.output
     assert f"{out}/report.html" in result.stdout
     assert "bootstrap" in result.stderr  # progress goes to stderr
