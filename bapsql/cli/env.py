@@ -88,7 +88,7 @@ def _catalog_progress(db: Path):
 
 
 def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = "", evidence: str = "",
-           busy_timeout: float = 3.0):
+           busy_timeout: float = 3.0, calibration: Path | None = None, condition: str = "full"):
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
@@ -99,9 +99,17 @@ def _start(db: Path, question: str, level: str, tokenizer: str, gold_sql: str = 
         raise _Exit2(f"database file not found: {db}; pass an existing SQLite file with --db")
     budget = _budget(level)
     counter = _counter(tokenizer)
+    from bapsql.db.calibration import load_calibration
+    from bapsql.errors import ConfigError
+
+    try:
+        cal = load_calibration(calibration) if calibration is not None else None
+        options = EnvOptions(busy_timeout_s=busy_timeout).under(condition)
+    except ConfigError as exc:
+        raise _Exit2(str(exc)) from None
     progress, stop = _catalog_progress(db)
-    handles = DatabaseHandles(counter, progress=progress, busy_timeout_s=busy_timeout)
-    env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=EnvOptions(busy_timeout_s=busy_timeout))
+    handles = DatabaseHandles(counter, progress=progress, busy_timeout_s=busy_timeout, calibration=cal)
+    env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options)
     task = Task(task_id="cli", db_id=db.stem, db_path=str(db), question=question, gold_sql=gold_sql,
                 evidence=evidence)
     try:
@@ -125,6 +133,10 @@ class _Busy(Exception):
 
 _TOKENIZER = click.option("--tokenizer", default="default", show_default=True,
                           help="token counter: 'default' (packaged tokenizer), 'regex', or a tokenizer.json path")
+_CALIBRATION = click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                            help="estimator calibration JSON (`bapsql data calibrate --out`); default: the packaged one")
+_CONDITION = click.option("--condition", default="full", show_default=True,
+                          help="the condition the turn runs under (see `bapsql conditions`)")
 _BUDGET = click.option("--budget", "level", default="XS", show_default=True, help="budget level: XS, S, M or L")
 _BUSY = click.option("--busy-timeout", default=3.0, show_default=True, type=click.FloatRange(min=0),
                      help="seconds a query waits for another program's write lock before the turn is rejected as "
@@ -138,12 +150,16 @@ _BUSY = click.option("--busy-timeout", default=3.0, show_default=True, type=clic
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @_TOKENIZER
 @_BUSY
-def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str, busy_timeout: float) -> None:
+@_CALIBRATION
+@_CONDITION
+def exec_cmd(db: Path, sql: str, level: str, as_json: bool, tokenizer: str, busy_timeout: float,
+             calibration: Path | None, condition: str) -> None:
     """Run one query as one execute_query turn of a fresh episode at a budget (shield, caps and full accounting)."""
     from bapsql.env.actions import ExecuteQuery, render_action
 
     try:
-        env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer, busy_timeout=busy_timeout)
+        env, observation, _info = _start(db, "(ad-hoc query)", level, tokenizer, busy_timeout=busy_timeout,
+                                         calibration=calibration, condition=condition)
     except _Busy as busy:  # locked while opening: the same 'busy' rejection an execute_query turn gets
         from bapsql.env.render import busy_observation
 
@@ -210,13 +226,16 @@ def _action_text(line: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (observations, turns, summary)")
 @_TOKENIZER
 @_BUSY
+@_CALIBRATION
+@_CONDITION
 def episode_cmd(db: Path, question: str, level: str, actions_file, gold_sql: str, hint: str, as_json: bool,
-                tokenizer: str, busy_timeout: float) -> None:
+                tokenizer: str, busy_timeout: float, calibration: Path | None, condition: str) -> None:
     """Play a scripted (or interactive) episode and print every observation, the final ledger and the summary."""
     import dataclasses
 
     try:
-        env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint, busy_timeout)
+        env, observation, info = _start(db, question, level, tokenizer, gold_sql, hint, busy_timeout, calibration,
+                                        condition)
     except _Busy as busy:
         raise _Exit2(str(busy)) from None
     source = actions_file if actions_file is not None else sys.stdin

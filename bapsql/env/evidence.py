@@ -57,7 +57,9 @@ class ColumnProfile:
         out = [v for v in (self.min, self.max) if v is not None]
         if self.mean is not None:
             out += [self.mean, round(self.mean, 2)]
-        return tuple(out) + tuple(v for v, _ in self.top) + tuple(self.first)
+        if self.top and self.top[0][1] > 1:  # as `Profile.render` shows them
+            return tuple(out) + tuple(v for v, _ in self.top)
+        return tuple(out) + tuple(self.first)
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class Profile:
                 parts.append(f"min {cell_text(c.min)} max {cell_text(c.max)}")
             if c.mean is not None:
                 parts.append(f"mean {cell_text(round(c.mean, 4))}")
-            if c.top:
+            if c.top and c.top[0][1] > 1:  # most frequent values (none when every value occurs once)
                 parts.append("top " + ", ".join(f"{cell_text(v)} ({n})" for v, n in c.top))
             elif c.first:
                 parts.append("first " + ", ".join(cell_text(v) for v in c.first))

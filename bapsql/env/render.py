@@ -171,7 +171,10 @@ def _truncation_note(block: EvidenceBlock, shown: int) -> str:
 
 
 def execution_header(block: EvidenceBlock) -> str:
-    """First line of an execution observation: the evidence id, shape and status."""
+    """First line of an execution observation: the evidence id, shape and status (a post-hoc profile: the whole
+    result's row count)."""
+    if block.state == "compressed" and block.profile.whole_result and block.profile.rows_total is not None:
+        return f"{block.ref} (profiled): {block.profile.rows_total} rows x {len(block.columns)} columns"
     return f"{block.ref} ({block.status}): {len(block.rows)} rows x {len(block.columns)} columns"
 
 

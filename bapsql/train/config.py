@@ -15,6 +15,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
            sft_init: merged | none}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
+    calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
@@ -264,6 +265,7 @@ class TrainConfig:
     monitor: MonitorSection = MonitorSection()
     eval: EvalSection = EvalSection()
     condition: str = "full"  # the condition SFT export, GRPO rollouts and (by default) evaluation run under
+    calibration: str | None = None  # estimator calibration JSON of rollouts and evaluation (None: the packaged one)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -275,6 +277,9 @@ class TrainConfig:
                 condition_named(name)
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from exc
+        if self.calibration is not None and not Path(self.calibration).is_file():
+            raise ConfigError(f"calibration: {self.calibration} is not a file; fit one with `bapsql data calibrate "
+                              "--out FILE` or remove the key for the packaged calibration")
         if not self.seeds:
             raise ConfigError("seeds: list at least one seed")
         if not self.name or "/" in self.name:

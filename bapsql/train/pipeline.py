@@ -210,7 +210,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=EnvOptions().under(cfg.condition),
         writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
-        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus)
+        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
     monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=f"{cfg.name}-seed{seed}",
                            config=dataclasses.asdict(cfg), dir=grpo_dir)
     history_path = grpo_dir / "history.jsonl"
@@ -267,7 +267,7 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
         engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
-        out_dir=str(run_dir / "eval")))
+        out_dir=str(run_dir / "eval"), calibration=cfg.calibration))
     summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / "eval", console=console,
                         backend="ray" if r.use_ray else "local")
     report = run_dir / "report"

@@ -55,14 +55,16 @@ class TrainingRollouts:
     def __init__(self, backend: Any, *, run_name: str, method: str, agent: AgentConfig, engine: Any,
                  tasks: Sequence[Task], group_size: int, env_workers: int = 1, engine_replicas: int = 1,
                  env_options: Any = None, writer_dir: str | None = None, driver_config: DriverConfig = DriverConfig(),
-                 engine_threads: int | None = 1, engine_gpus: float = 0.0, worker_cpus: float = 1.0):
+                 engine_threads: int | None = 1, engine_gpus: float = 0.0, worker_cpus: float = 1.0,
+                 calibration: str | None = None):
         self.backend = backend
         self.method = method
         self.tasks = {t.task_id: t for t in tasks}
         self.groups = GroupSampler(run_name, samples_per_group=group_size)
         self.engine_keys = [("engine", method, r) for r in range(engine_replicas)]
         specs = [ActorSpec(("env", i), EnvWorker, kwargs={"index": i, "agents": {method: agent},
-                                                           "env_options": env_options}, num_cpus=worker_cpus)
+                                                           "env_options": env_options, "calibration": calibration},
+                           num_cpus=worker_cpus)
                  for i in range(env_workers)]
         specs += [ActorSpec(k, EngineHost, args=(engine,), kwargs={"threads": engine_threads}, num_gpus=engine_gpus)
                   for k in self.engine_keys]

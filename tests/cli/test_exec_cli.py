@@ -114,3 +114,19 @@ def test_a_short_write_lock_is_waited_for(tmp_path, run):
     finally:
         stop(proc)
     assert res.exit_code == 0 and json.loads(res.stdout)["rows"] == [[2_001]]  # the writer's row, committed
+
+
+def test_exec_under_a_condition_and_a_chosen_calibration(run, db, tmp_path):
+    r = run("--db", str(db), "--sql", "SELECT * FROM person", "--budget", "XS", "--condition", "adaptive_posthoc")
+    assert r.exit_code == 0, r.output
+    assert "E1 (profiled): 600 rows" in r.output and "post-hoc control" in r.output
+    from bapsql.db.calibration import DEFAULT_PATH
+
+    mine = tmp_path / "cal.json"
+    mine.write_text(DEFAULT_PATH.read_text())
+    ok = run("--db", str(db), "--sql", "SELECT count(*) FROM person", "--calibration", str(mine), "--json")
+    assert ok.exit_code == 0, ok.output
+    bad = run("--db", str(db), "--sql", "SELECT 1", "--calibration", str(tmp_path / "none.json"))
+    assert bad.exit_code == 2 and "calibration file not found" in bad.output
+    cond = run("--db", str(db), "--sql", "SELECT 1", "--condition", "nope")
+    assert cond.exit_code == 2 and "unknown condition 'nope'" in cond.output

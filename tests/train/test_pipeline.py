@@ -32,3 +32,13 @@ def test_engine_config_fits_the_largest_budget_and_enables_lora(tmp_path):
                         rollout=RolloutSection(engine={"kind": "hf", "max_model_len": 2048}))
     with pytest.raises(ConfigError, match="max_model_len"):
         engine_config(small, tmp_path, lora=False)
+
+
+def test_a_recipe_names_its_calibration_file(tmp_path):
+    from bapsql.db.calibration import DEFAULT_PATH
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(DEFAULT_PATH.read_text())
+    assert TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), calibration=str(cal)).calibration == str(cal)
+    with pytest.raises(ConfigError, match="calibration: .* is not a file"):
+        TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), calibration=str(tmp_path / "missing.json"))
