@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,28 +24,18 @@ from pathlib import Path
 
 import apsw
 
-from bapsql.budgets import get_budget
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' writer process
+
+from bapsql.budgets import get_budget  # noqa: E402
 from bapsql.env.actions import AnswerAction, ExecuteQuery, render_action
 from bapsql.env.episode import BudgetedSQLEnv
 from bapsql.env.handles import DatabaseHandles
 from bapsql.env.records import EnvOptions
 from bapsql.tokens import RegexTokenCounter
 from bapsql.types import Task
+from tests.db.writers import inserter  # noqa: E402  (the tests' writer process)
 
-_INSERT = """
-import sqlite3, sys, time
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-rate = float(sys.argv[2])
-print("started", flush=True)
-t0 = time.monotonic()
-n = 0
-while True:
-    con.execute("INSERT INTO orders(customer_id, amount, status) VALUES (?, ?, 'live')", (1 + n % 2000, n % 997))
-    n += 1
-    wait = t0 + n / rate - time.monotonic()
-    if wait > 0:
-        time.sleep(wait)
-"""
+ORDERS_INSERT = "INSERT INTO orders(customer_id, amount, status) VALUES (1 + :n % 2000, :n % 997, 'live')"
 QUERIES = (
     "SELECT count(*), round(avg(amount), 2) FROM orders WHERE customer_id = 42",
     "SELECT c.region, count(*) FROM orders o JOIN customers c ON c.id = o.customer_id "
@@ -135,9 +124,7 @@ def run_mode(tmp: Path, wal: bool, args) -> dict:
             n, b, w = block(env, task, budget, args.seconds)
             rates["idle"].append(n / args.seconds)
             before = max_id(db)
-            proc = subprocess.Popen([sys.executable, "-c", _INSERT, str(db), str(args.rate)], stdout=subprocess.PIPE,
-                                    text=True)
-            proc.stdout.readline()
+            proc = inserter(db, args.rate, ORDERS_INSERT)
             t0 = time.perf_counter()
             n, b, w = block(env, task, budget, args.seconds)
             proc.kill()

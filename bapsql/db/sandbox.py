@@ -261,17 +261,7 @@ class Sandbox:
     def explain_plan(self, sql: str) -> tuple[str, ...]:
         """``EXPLAIN QUERY PLAN`` detail lines of ``sql`` (checked first, never run), indented two spaces per
         level of nesting."""
-        self.wait.arm()
-        self._program_length(sql)
-        cursor = self._conn.cursor()
-        try:
-            rows = cursor.execute(sql, can_cache=False, explain=2).fetchall()
-        except apsw.BusyError:
-            raise self.wait.busy_error(self.path) from None
-        except apsw.Error as exc:
-            raise SQLExecutionError(message_of(exc, self.path)) from None
-        finally:
-            cursor.close()
+        rows = self._explain(sql, 2)
         depth: dict[int, int] = {}
         lines = []
         for node_id, parent, _unused, detail in rows:
@@ -282,11 +272,16 @@ class Sandbox:
     def program(self, sql: str) -> list[tuple]:
         """The ``EXPLAIN`` rows of ``sql`` (checked first, never run): the bytecode the estimator models. Prepared on
         this connection, so inside a snapshot it describes the snapshot's schema and takes no lock of its own."""
+        return self._explain(sql, 1)
+
+    def _explain(self, sql: str, mode: int) -> list[tuple]:
+        """The rows of ``EXPLAIN`` (``mode`` 1) or ``EXPLAIN QUERY PLAN`` (2) of ``sql``: checked first, never run;
+        a writer's lock past the bounded wait raises `DatabaseBusy`."""
         self.wait.arm()
         self._program_length(sql)
         cursor = self._conn.cursor()
         try:
-            return cursor.execute(sql, can_cache=False, explain=1).fetchall()
+            return cursor.execute(sql, can_cache=False, explain=mode).fetchall()
         except apsw.BusyError:
             raise self.wait.busy_error(self.path) from None
         except apsw.Error as exc:

@@ -23,11 +23,12 @@ _INSERT = """
 import sqlite3, sys, time
 con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 rate = float(sys.argv[2])
+statement = sys.argv[3]  # one INSERT; :n is the row counter
 print("started", flush=True)
 t0 = time.monotonic()
 n = 0
 while True:
-    con.execute("INSERT INTO item(v) VALUES ('live')")
+    con.execute(statement, {"n": n} if ":n" in statement else {})
     n += 1
     wait = t0 + n / rate - time.monotonic()
     if wait > 0:
@@ -68,9 +69,13 @@ def hold_lock(path: Path, seconds: float) -> subprocess.Popen:
     return _spawn(_HOLD, str(path), str(seconds))
 
 
-def inserter(path: Path, rate: float) -> subprocess.Popen:
-    """A process inserting ``rate`` rows per second into ``item``, one transaction each, until stopped."""
-    return _spawn(_INSERT, str(path), str(rate))
+ITEM_INSERT = "INSERT INTO item(v) VALUES ('live')"
+
+
+def inserter(path: Path, rate: float, statement: str = ITEM_INSERT) -> subprocess.Popen:
+    """A process running ``statement`` (an INSERT; ``:n`` binds the row counter) ``rate`` times per second, one
+    transaction each, until stopped (by default into the test databases' ``item`` table)."""
+    return _spawn(_INSERT, str(path), str(rate), statement)
 
 
 def crash_mid_write(path: Path) -> None:
