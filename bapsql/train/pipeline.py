@@ -197,7 +197,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     total = cfg.grpo.updates if updates is None else updates
     lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total))
     if cfg.model.remote_learner:
-        from bapsql.train.ray_learner import RemoteLearner
+        from bapsql.rollout.ray_shell.learner import RemoteLearner
 
         learner = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
     else:

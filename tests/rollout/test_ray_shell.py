@@ -43,8 +43,8 @@ def test_runtime_env_resolves_the_working_dir_against_the_repo(tmp_path):
 
 def test_a_job_driver_joins_its_cluster_instead_of_starting_one(monkeypatch):
     seen = {}
-    monkeypatch.setattr(ray_shell, "join_ray", lambda address: seen.setdefault("join", address))
-    monkeypatch.setattr(ray_shell, "local_ray", lambda **kw: seen.setdefault("local", kw))
+    monkeypatch.setattr(ray_shell.session, "join_ray", lambda address: seen.setdefault("join", address))
+    monkeypatch.setattr(ray_shell.session, "local_ray", lambda **kw: seen.setdefault("local", kw))
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")
     ray_shell.ray_session(None, num_cpus=2)
     assert seen == {"join": "127.0.0.1:6390"}
