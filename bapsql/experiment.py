@@ -60,8 +60,8 @@ class WorkersConfig:
     each env worker / engine replica reserves, so only nodes started with them (``--resources``) host it (e.g.
     ``{engine_gpu: 1}`` on GPU nodes, none on the head); env workers are spread across nodes. ``writer``: ``driver``
     pins the trajectory writer to the driver's node (the run folder is a disk of that node), ``any`` lets it run on
-    any node (the run folder is on a volume every node mounts at the same path; the writer then survives the loss of
-    its node)."""
+    any node offering ``writer_resources`` (the run folder is on a volume every such node mounts at the same path;
+    the writer then survives the loss of its node)."""
 
     env_workers: int = 2
     env_worker_cpus: float = 1.0
@@ -76,6 +76,7 @@ class WorkersConfig:
     env_resources: dict[str, float] = field(default_factory=dict)
     engine_resources: dict[str, float] = field(default_factory=dict)
     writer: Literal["driver", "any"] = "driver"
+    writer_resources: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("env_workers", "engine_replicas", "engine_threads", "in_flight", "scripted_batch"):
@@ -84,7 +85,10 @@ class WorkersConfig:
         for name in ("env_worker_cpus", "engine_cpus", "engine_gpus", "max_restarts", "max_reruns"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"workers.{name}: must be >= 0, got {getattr(self, name)}")
-        for name in ("env_resources", "engine_resources"):
+        if self.writer == "driver" and self.writer_resources:
+            raise ConfigError("workers.writer_resources: only with workers.writer: any (a writer pinned to the "
+                              "driver's node needs no resources to find it)")
+        for name in ("env_resources", "engine_resources", "writer_resources"):
             for res, amount in getattr(self, name).items():
                 if amount <= 0 or res in ("CPU", "GPU"):
                     raise ConfigError(f"workers.{name}.{res}: a custom resource with a positive amount "

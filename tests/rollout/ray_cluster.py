@@ -1,0 +1,73 @@
+"""A simulated multi-node Ray cluster for the slow tier: several raylets on this machine (`ray.cluster_utils.Cluster`).
+
+`SimCluster` starts a head with **no** CPUs and no custom resources (like a cluster's CPU-only head: only the driver
+and zero-CPU tasks run there) and adds worker nodes with the custom resources that stand in for GPU nodes
+(``engine_gpu``, ``learner_gpu``) or env nodes (``env_node``). Every node binds to 127.0.0.1, shares one short temp
+dir under the test's tmp path, and detects dead nodes within about a second (fast health checks), so a removed node
+(`remove`: its raylet and every worker process on it killed, not gracefully — a lost spot instance) is noticed
+quickly. The driver (this process) joins with `bapsql.rollout.ray_shell.join_ray`. `close` kills every process of
+the cluster; never ``ray stop``.
+
+Fixture: ``sim_cluster`` (function scope; each test shapes its own nodes).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 2, "health_check_initial_delay_ms": 0}
+
+
+class SimCluster:
+    """Head (no resources) + worker nodes on this machine (module docstring)."""
+
+    def __init__(self, temp_dir: str):
+        import ray._private.utils
+        from ray.cluster_utils import Cluster
+
+        self._write_address = ray._private.utils.write_ray_address
+        ray._private.utils.write_ray_address = lambda *a, **k: None  # never advertise it as the machine's "auto"
+        self.temp_dir = temp_dir
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "temp_dir": temp_dir, "include_dashboard": False,
+            "_system_config": HEALTH, "object_store_memory": 80 * 1024 * 1024})
+        self.address = self.cluster.address
+        self.head_id = self.cluster.head_node.node_id
+
+    def add(self, *, num_cpus: float = 1, resources: dict[str, float] | None = None) -> str:
+        """Add a worker node; returns its node id."""
+        node = self.cluster.add_node(num_cpus=num_cpus, resources=resources or {}, temp_dir=self.temp_dir,
+                                     object_store_memory=80 * 1024 * 1024)
+        self.cluster.wait_for_nodes()
+        return node.node_id
+
+    def remove(self, node_id: str) -> None:
+        """Kill a worker node at once (raylet and its workers), as a lost machine."""
+        node = next(n for n in self.cluster.worker_nodes if n.node_id == node_id)
+        self.cluster.remove_node(node, allow_graceful=False)
+
+    def close(self) -> None:
+        import ray._private.utils
+
+        self.cluster.shutdown()
+        ray._private.utils.write_ray_address = self._write_address
+
+
+@pytest.fixture(name="sim_cluster")
+def sim_cluster_fixture(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    from bapsql.rollout.ray_shell import short_temp_dir
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    c = SimCluster(short_temp_dir(tmp_path))
+    try:
+        yield c
+    finally:
+        c.close()
