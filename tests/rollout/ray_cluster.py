@@ -1,20 +1,22 @@
 """A simulated multi-node Ray cluster for the slow tier: several raylets on this machine (`ray.cluster_utils.Cluster`).
 
-`SimCluster` starts a head with **no** CPUs and no custom resources (like a cluster's CPU-only head: only the driver
-and zero-CPU tasks run there) and adds worker nodes with the custom resources that stand in for GPU nodes
+`SimCluster` starts a head with one CPU and no GPU or custom resources (like a cluster's CPU-only head: the driver,
+and the writer when it is pinned to the driver's node) and adds worker nodes with the custom resources that stand in for GPU nodes
 (``engine_gpu``, ``learner_gpu``) or env nodes (``env_node``). Every node binds to 127.0.0.1, shares one short temp
 dir under the test's tmp path, and detects dead nodes within about a second (fast health checks), so a removed node
 (`remove`: its raylet and every worker process on it killed, not gracefully — a lost spot instance) is noticed
 quickly. The driver (this process) joins with `bapsql.rollout.ray_shell.join_ray`. `close` kills every process of
 the cluster; never ``ray stop``.
 
-Fixture: ``sim_cluster`` (function scope; each test shapes its own nodes).
+Fixtures: ``sim_cluster`` (function scope; each test shapes its own nodes) and ``sim_cluster_module`` (one per
+test module).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -33,7 +35,7 @@ class SimCluster:
         ray._private.utils.write_ray_address = lambda *a, **k: None  # never advertise it as the machine's "auto"
         self.temp_dir = temp_dir
         self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "temp_dir": temp_dir, "include_dashboard": False,
+            "num_cpus": 1, "temp_dir": temp_dir, "include_dashboard": False,
             "_system_config": HEALTH, "object_store_memory": 80 * 1024 * 1024})
         self.address = self.cluster.address
         self.head_id = self.cluster.head_node.node_id
@@ -57,17 +59,31 @@ class SimCluster:
         ray._private.utils.write_ray_address = self._write_address
 
 
-@pytest.fixture(name="sim_cluster")
-def sim_cluster_fixture(tmp_path, monkeypatch):
+def _started(tmp) -> Iterator[SimCluster]:
     pytest.importorskip("ray")
     from bapsql.rollout.ray_shell import short_temp_dir
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    c = SimCluster(short_temp_dir(tmp_path))
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "PYTHONPATH", "RAY_ADDRESS")}
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+                      PYTHONPATH=os.pathsep.join([str(REPO), saved["PYTHONPATH"] or ""]))
+    os.environ.pop("RAY_ADDRESS", None)
+    c = SimCluster(short_temp_dir(tmp))
     try:
         yield c
     finally:
         c.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(name="sim_cluster")
+def sim_cluster_fixture(tmp_path):
+    yield from _started(tmp_path)
+
+
+@pytest.fixture(name="sim_cluster_module", scope="module")
+def sim_cluster_module_fixture(tmp_path_factory):
+    yield from _started(tmp_path_factory.mktemp("cluster"))

@@ -68,6 +68,9 @@ class RayBackend:
                 "workers.*_cpus / *_gpus / *_resources or add nodes that offer them)")
         try:
             ray.get(ready)
+        except rex.ActorUnschedulableError as exc:  # e.g. pinned to the driver's node, which offers too little
+            raise RolloutError(f"an actor cannot be placed: {exc} (a writer pinned to the driver's node needs "
+                               "0.1 CPU there; else set workers.writer: any with storage every node shares)") from exc
         except _DIED as exc:  # a constructor raised: the actor never came up
             raise RolloutError(f"an actor failed to start: {exc}") from exc
 
