@@ -300,6 +300,11 @@ def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False, stages: tup
     eval_dir = report = None
     success: dict[str, dict[str, float]] = {}
     with (ray_context(cfg, run_dir) if need_ray else contextlib.nullcontext()):
+        if need_ray:  # every node must see the benchmark and write the run folder (StorageError otherwise)
+            from bapsql.rollout.ray_shell.nodes import preflight
+            from bapsql.rollout.runner import resolve_benchmark
+
+            preflight(resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)), run_dir)
         if "sft" in stages and cfg.sft.enabled:
             if (sft_dir(cfg, seed) / "merged" / "config.json").is_file() and resume:
                 _say(console, f"SFT outputs exist in {sft_dir(cfg, seed)}; skipping SFT (resume)")

@@ -3,7 +3,7 @@
 `SimCluster` starts a head with one CPU and no GPU or custom resources (like a cluster's CPU-only head: the driver,
 and the writer when it is pinned to the driver's node) and adds worker nodes with the custom resources that stand in for GPU nodes
 (``engine_gpu``, ``learner_gpu``) or env nodes (``env_node``). Every node binds to 127.0.0.1, shares one short temp
-dir under the test's tmp path, and detects dead nodes within about a second (fast health checks), so a removed node
+dir under the test's tmp path, and detects dead nodes within about five seconds (fast health checks), so a removed node
 (`remove`: its raylet and every worker process on it killed, not gracefully — a lost spot instance) is noticed
 quickly. The driver (this process) joins with `bapsql.rollout.ray_shell.join_ray`. `close` kills every process of
 the cluster; never ``ray stop``.
@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 2, "health_check_initial_delay_ms": 0}
+HEALTH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5, "health_check_initial_delay_ms": 0}
 
 
 class SimCluster:

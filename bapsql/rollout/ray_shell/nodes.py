@@ -14,7 +14,7 @@ actor), and says where it goes with ``placement``:
 GCS's own count: `RayBackend.restarts`).
 
 `preflight(benchmark, run_dir)` runs one zero-CPU task pinned to every alive node: each must see the benchmark
-folder (its ``benchmark.json``) and be able to create, write, read back and delete a file in the run folder.
+folder (present and not empty) and be able to create, write, read back and delete a file in the run folder.
 A node that cannot raises `StorageError` naming the node, the path and what to mount (cluster/README.md).
 """
 
@@ -85,8 +85,12 @@ def check_storage(benchmark: str, run_dir: str) -> tuple[str, tuple[str, ...]]:
     """On this host: (host name, problems) for reading ``benchmark`` and writing ``run_dir`` (plain; the task body)."""
     problems = []
     bench = Path(benchmark)
-    if not (bench / "benchmark.json").is_file():
-        problems.append(f"cannot see the benchmark folder {bench} (no benchmark.json there)")
+    try:
+        seen = bench.is_dir() and any(bench.iterdir())
+    except OSError:
+        seen = False
+    if not seen:
+        problems.append(f"cannot see the benchmark folder {bench} (missing or empty there)")
     probe = Path(run_dir) / f".preflight-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         probe.parent.mkdir(parents=True, exist_ok=True)
