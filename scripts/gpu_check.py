@@ -82,8 +82,8 @@ def _learner_config(c: Check, lr: float) -> Any:
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
 
     return LearnerConfig(model_path=str(c.state["model"]), lora=LoraSpec(rank=LORA_RANK, alpha=2 * LORA_RANK),
-                         optim=OptimConfig(lr=lr, total_steps=10), dtype=MODE["dtype"], device=MODE["device"], threads=1,
-                         seed=0)
+                         optim=OptimConfig(lr=lr, total_steps=10), dtype=MODE["dtype"], device=MODE["device"],
+                         threads=1, seed=0)
 
 
 def _engine_config(c: Check, **kw: Any) -> Any:
@@ -224,9 +224,10 @@ def grpo(c: Check) -> str:
     gc.collect()
     if MODE["device"] == "cuda":
         torch.cuda.empty_cache()
-    return (f"update 1: reward {m.get('reward/mean', float('nan')):.3f}, loss {m.get('learner/loss', float('nan')):.4f}, "
-            f"sync mean |d| {m.get('sync/logprob_mismatch_mean', float('nan')):.4f}, "
-            f"rollout share {m.get('time/rollout_share', float('nan')):.2f}")
+    nan = float("nan")
+    return (f"update 1: reward {m.get('reward/mean', nan):.3f}, loss {m.get('learner/loss', nan):.4f}, "
+            f"sync mean |d| {m.get('sync/logprob_mismatch_mean', nan):.4f}, "
+            f"rollout share {m.get('time/rollout_share', nan):.2f}")
 
 
 def sweep(c: Check) -> str:

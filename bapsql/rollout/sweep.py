@@ -84,7 +84,8 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
         specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
                             num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in keys[method]]
     specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), num_cpus=0.1,
-                           resources=dict(w.writer_resources), placement="driver" if w.writer == "driver" else "default"))
+                           resources=dict(w.writer_resources),
+                           placement="driver" if w.writer == "driver" else "default"))
     return specs, keys
 
 

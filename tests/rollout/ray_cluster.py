@@ -1,11 +1,11 @@
 """A simulated multi-node Ray cluster for the slow tier: several raylets on this machine (`ray.cluster_utils.Cluster`).
 
 `SimCluster` starts a head with one CPU and no GPU or custom resources (like a cluster's CPU-only head: the driver,
-and the writer when it is pinned to the driver's node) and adds worker nodes with the custom resources that stand in for GPU nodes
-(``engine_gpu``, ``learner_gpu``) or env nodes (``env_node``). Every node binds to 127.0.0.1, shares one short temp
-dir under the test's tmp path, and detects dead nodes within about five seconds (fast health checks), so a removed node
-(`remove`: its raylet and every worker process on it killed, not gracefully — a lost spot instance) is noticed
-quickly. The driver (this process) joins with `bapsql.rollout.ray_shell.join_ray`. `close` kills every process of
+and the writer when it is pinned to the driver's node) and adds worker nodes with the custom resources that stand in
+for GPU nodes (``engine_gpu``, ``learner_gpu``) or env nodes (``env_node``). Every node shares one short temp dir
+under the test's tmp path, and dead nodes are detected within about five seconds (fast health checks), so a removed
+node (`remove`: its raylet and every worker process on it killed, not gracefully — a lost spot instance) is noticed
+quickly. The cluster's address is never written where ``address="auto"`` would find it (other users' jobs). The driver (this process) joins with `bapsql.rollout.ray_shell.join_ray`. `close` kills every process of
 the cluster; never ``ray stop``.
 
 Fixtures: ``sim_cluster`` (function scope; each test shapes its own nodes) and ``sim_cluster_module`` (one per

@@ -8,6 +8,7 @@ resumes from its last checkpoint with the next update identical to an uninterrup
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -42,8 +43,11 @@ def _lose_node_of(cluster, learner):
 
     node = learner.node_id()
     cluster.remove(node)
-    with pytest.raises(LearnerLost):
-        learner.step  # noqa: B018
+    deadline = time.monotonic() + 120
+    with pytest.raises(LearnerLost):  # as soon as Ray knows the node (and its worker processes) are gone
+        while time.monotonic() < deadline:
+            learner.step  # noqa: B018
+            time.sleep(1)
     cluster.add(num_cpus=1, resources=NODE)
     return node
 
