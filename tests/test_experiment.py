@@ -83,3 +83,17 @@ def test_to_dict_is_plain_data(tmp_path):
 
 def test_resolve_model_passes_paths_through():
     assert resolve_model("/models/qwen") == "/models/qwen"
+
+
+def test_workers_placement_keys_are_checked():
+    from bapsql.errors import ConfigError
+    from bapsql.experiment import WorkersConfig
+
+    w = WorkersConfig(env_resources={"env_node": 1.0}, writer="any", writer_resources={"storage": 1.0})
+    assert w.env_resources == {"env_node": 1.0} and w.writer == "any"
+    with pytest.raises(ConfigError, match="writer_resources"):
+        WorkersConfig(writer_resources={"storage": 1.0})  # a writer pinned to the driver needs none
+    with pytest.raises(ConfigError, match="engine_resources.GPU"):
+        WorkersConfig(engine_resources={"GPU": 1.0})
+    with pytest.raises(ConfigError, match="env_resources.env_node"):
+        WorkersConfig(env_resources={"env_node": 0.0})

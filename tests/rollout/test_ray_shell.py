@@ -87,3 +87,16 @@ def test_the_preflight_fails_with_a_clear_message_when_a_node_lacks_the_shared_f
     assert len(checks) == 1 and checks[0].problems == ()
     with pytest.raises(StorageError, match=r"1 of 1 nodes: node .*cannot see the benchmark folder .*Shared storage"):
         preflight(tmp_path / "not-mounted", tmp_path / "run")
+
+
+def test_actor_options_reserve_custom_resources_and_spread_env_workers():
+    from bapsql.rollout.backend import ActorSpec
+    from bapsql.rollout.ray_shell.nodes import actor_options
+    from bapsql.rollout.workers import EnvWorker
+
+    spec = ActorSpec(("env", 0), EnvWorker, num_cpus=0.5, resources={"env_node": 1.0}, placement="spread")
+    opts = actor_options(spec, max_restarts=3)
+    assert opts["resources"] == {"env_node": 1.0} and opts["scheduling_strategy"] == "SPREAD"
+    assert (opts["num_cpus"], opts["num_gpus"], opts["max_restarts"], opts["max_task_retries"]) == (0.5, 0.0, 3, 0)
+    plain = actor_options(ActorSpec(("writer", 0), EnvWorker), max_restarts=1)
+    assert "resources" not in plain and "scheduling_strategy" not in plain
