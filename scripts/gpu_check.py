@@ -10,7 +10,8 @@ plus what it measured), stopping at the first failure (exit 1):
 3. ``learner_bf16``: a bf16 LoRA learner on the GPU makes one GRPO update on a synthetic batch (finite loss, grads);
 4. ``sync``: the adapter goes to the engine (`WeightSync`); the engine's probe logprobs match the learner's, and a
    stale adapter (the one before the update) is caught (`WeightSyncError`);
-5. ``grpo``: a short GRPO update (`GRPOTrainer`: rollouts with vLLM on the GPU, bf16 learner, sync + check);
+5. ``grpo``: a short GRPO update (`GRPOTrainer`: rollouts with vLLM on the GPU, bf16 learner, sync + check; a toy
+   reward that depends on the sampled tokens, so the update is not a no-op on an untrained model);
 6. ``sweep``: a 32-episode sweep of the model policy on a private local Ray, its vLLM engine in a GPU actor
    (``engine_gpus: 1``); every episode written once.
 
@@ -173,6 +174,18 @@ def sync(c: Check) -> str:
             f"caught; load {report.load_s:.2f} s, check {report.check_s:.2f} s")
 
 
+def _token_reward(group: Any) -> Any:
+    """A reward that depends on what was sampled (the share of even token ids the policy emitted): an untrained
+    model never succeeds at the task, and a zero reward would make the update a no-op."""
+    import numpy as np
+
+    out = []
+    for t in group:
+        toks = [i for s in t.segments for i, m in zip(s.input_ids, s.loss_mask) if m]
+        out.append(sum(1 for i in toks if i % 2 == 0) / max(1, len(toks)))
+    return np.array(out)
+
+
 def grpo(c: Check) -> str:
     import gc
 
@@ -213,13 +226,15 @@ def grpo(c: Check) -> str:
                                 engine=engine_config(cfg, model, lora=True), tasks=tasks, group_size=4,
                                 env_options=env_options_for(()), writer_dir=str(c.out / "grpo" / "rollouts"))
     trainer = GRPOTrainer(cfg, seed=0, learner=learner, rollouts=rollouts, tasks=tasks,
-                          probe=make_probe(ChatTemplate.from_dir(model)), run_dir=c.out / "grpo")
+                          probe=make_probe(ChatTemplate.from_dir(model)), run_dir=c.out / "grpo",
+                          reward_fn=_token_reward)
     try:
         trainer.start()
         (record,) = trainer.run(1)
     finally:
         rollouts.close()
     m = record.metrics
+    assert m.get("learner/skipped") == 0.0 and m.get("learner/grad_norm", 0.0) > 0, m
     del trainer, learner, rollouts
     gc.collect()
     if MODE["device"] == "cuda":
