@@ -8,7 +8,8 @@ embedded benchmark's train split (236 tasks on 6 databases: 944 episodes), logge
 1. overhead: the in-process runner (`bapsql.rollout.runner.evaluate`, one process, no Ray) and the Ray sweep with
    ONE env worker on a worker node of the simulated cluster (`tests.rollout.ray_cluster.SimCluster`: a head without
    env resources and two worker nodes offering ``env_node``), alternated ``--rounds`` times after a warm-up of each;
-   the overhead share is (Ray rollout time − in-process time) / Ray rollout time, on the medians. Target <= 10 %.
+   the overhead share is (Ray rollout time − in-process time) / Ray rollout time, on the best (load only ever adds
+   time) and on the median of the rounds. Target <= 10 %.
 2. scaling: the Ray sweep with 1, 2 and 4 env workers spread over the two worker nodes: episodes per second of
    rollout time (actor setup excluded, printed apart). On a machine with C cores, more than C busy workers cannot
    scale.
@@ -98,9 +99,10 @@ def main() -> None:
     finally:
         cluster.close()
         shutil.rmtree(work, ignore_errors=True)
-    m_in, m_ray = statistics.median(inproc), statistics.median(ray1)
-    print(f"overhead: Ray sweep (1 env worker on a worker node) {m_ray:.2f} s vs in-process {m_in:.2f} s "
-          f"(medians of {a.rounds}): overhead share {(m_ray - m_in) / m_ray:+.1%} of the Ray rollout time")
+    for name, agg in (("best", min), ("median", statistics.median)):
+        m_in, m_ray = agg(inproc), agg(ray1)
+        print(f"overhead ({name} of {a.rounds}): Ray sweep (1 env worker on a worker node) {m_ray:.2f} s vs "
+              f"in-process {m_in:.2f} s: overhead share {(m_ray - m_in) / m_ray:+.1%} of the Ray rollout time")
     print("scaling: " + ", ".join(f"{w} env worker(s) {eps:.1f} episodes/s ({eps / scale[1]:.2f}x)"
                                   for w, eps in scale.items()))
 
