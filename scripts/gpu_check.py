@@ -287,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     c = Check(out)
     device = torch.cuda.get_device_name(0) if MODE["device"] == "cuda" else "CPU rehearsal"
-    print(f"[gpu_check] {device}, torch {torch.__version__}, out {out}", flush=True)
+    import ray
+    import vllm
+
+    print(f"[gpu_check] {device}, torch {torch.__version__}, vllm {vllm.__version__}, ray {ray.__version__}, "
+          f"out {out}", flush=True)
     wanted = {"model", *args.steps.split(",")}
     if wanted - set(STEPS):
         p.error(f"--steps: unknown {sorted(wanted - set(STEPS))}; steps are {','.join(STEPS)}")
