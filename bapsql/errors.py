@@ -89,3 +89,9 @@ class EnvStateError(BapsqlError):
 class RolloutError(BapsqlError):
     """Raised by the rollout driver when a sweep cannot complete: an episode's actors died more often than the
     configured number of reruns, an actor raised an error in its own code, or no actor could be started."""
+
+
+class StorageError(BapsqlError):
+    """Raised by the cluster preflight at job start when a node of the Ray cluster cannot see the benchmark folder or
+    cannot write the run folder (the shared volume is not mounted there, or mounted read-only / at another path)."""
+

@@ -57,7 +57,14 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class WorkersConfig:
-    """Actors and scheduling. CPUs are what each actor reserves on the cluster (fractions allowed)."""
+    """Actors and scheduling. CPUs are what each actor reserves on the cluster (fractions allowed).
+
+    Placement on a cluster (cluster/README.md): ``env_resources`` / ``engine_resources`` are custom Ray resources
+    each env worker / engine replica reserves, so only nodes started with them (``--resources``) host it (e.g.
+    ``{engine_gpu: 1}`` on GPU nodes, none on the head); env workers are spread across nodes. ``writer``: ``driver``
+    pins the trajectory writer to the driver's node (the run folder is a disk of that node), ``any`` lets it run on
+    any node offering ``writer_resources`` (the run folder is on a volume every such node mounts at the same path;
+    the writer then survives the loss of its node)."""
 
     env_workers: int = 2
     env_worker_cpus: float = 1.0
@@ -69,6 +76,10 @@ class WorkersConfig:
     scripted_batch: int = 4
     max_restarts: int = 3
     max_reruns: int = 3
+    env_resources: dict[str, float] = field(default_factory=dict)
+    engine_resources: dict[str, float] = field(default_factory=dict)
+    writer: Literal["driver", "any"] = "driver"
+    writer_resources: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("env_workers", "engine_replicas", "engine_threads", "in_flight", "scripted_batch"):
@@ -77,6 +88,14 @@ class WorkersConfig:
         for name in ("env_worker_cpus", "engine_cpus", "engine_gpus", "max_restarts", "max_reruns"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"workers.{name}: must be >= 0, got {getattr(self, name)}")
+        if self.writer == "driver" and self.writer_resources:
+            raise ConfigError("workers.writer_resources: only with workers.writer: any (a writer pinned to the "
+                              "driver's node needs no resources to find it)")
+        for name in ("env_resources", "engine_resources", "writer_resources"):
+            for res, amount in getattr(self, name).items():
+                if amount <= 0 or res in ("CPU", "GPU"):
+                    raise ConfigError(f"workers.{name}.{res}: a custom resource with a positive amount "
+                                      f"(CPUs and GPUs are *_cpus / *_gpus), got {amount}")
 
 
 @dataclass(frozen=True)
@@ -91,11 +110,13 @@ class MonitorConfig:
 class RayConfig:
     """Where to run. ``address`` None starts a private local Ray (own temp dir under the run's tmp folder, never
     ``ray stop``); ``auto`` or ``ray://…``/``host:port`` joins a cluster. ``num_cpus`` applies to a local Ray only
-    (None: this machine's CPU count)."""
+    (None: this machine's CPU count). ``preflight``: before any actor starts, check that every node of the cluster
+    sees the benchmark folder and can write the run folder (`StorageError` naming the node otherwise)."""
 
     address: str | None = None
     num_cpus: int | None = None
     include_dashboard: bool = False
+    preflight: bool = True  # at start: every node sees the benchmark and can write the run folder (StorageError)
 
 
 @dataclass(frozen=True)

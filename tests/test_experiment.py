@@ -101,3 +101,17 @@ def test_the_paper_tables_are_every_cell_as_a_method_under_a_condition():
     assert {split_method(m)[1] for m in t4.methods} == {"full", "no_interface", "shuffled_estimate", "no_rewrite",
                                                         "deterministic_rewrite", "no_abstention"}
     assert {split_method(m)[0] for m in t4.methods} == {"model.bap_rl"}  # one trained adapter, fixed
+
+
+def test_workers_placement_keys_are_checked():
+    from bapsql.errors import ConfigError
+    from bapsql.experiment import WorkersConfig
+
+    w = WorkersConfig(env_resources={"env_node": 1.0}, writer="any", writer_resources={"storage": 1.0})
+    assert w.env_resources == {"env_node": 1.0} and w.writer == "any"
+    with pytest.raises(ConfigError, match="writer_resources"):
+        WorkersConfig(writer_resources={"storage": 1.0})  # a writer pinned to the driver needs none
+    with pytest.raises(ConfigError, match="engine_resources.GPU"):
+        WorkersConfig(engine_resources={"GPU": 1.0})
+    with pytest.raises(ConfigError, match="env_resources.env_node"):
+        WorkersConfig(env_resources={"env_node": 0.0})

@@ -28,7 +28,9 @@ ActorKey = tuple
 
 @dataclass(frozen=True)
 class ActorSpec:
-    """How to build one actor: ``cls(*args, **kwargs)``; ``num_cpus`` is what it reserves on a cluster."""
+    """How to build one actor: ``cls(*args, **kwargs)``. On a cluster it reserves ``num_cpus``, ``num_gpus`` and the
+    custom ``resources`` (only nodes offering them host it), and ``placement`` is ``"default"``, ``"spread"``
+    (across nodes) or ``"driver"`` (on the driver's node); see `bapsql.rollout.ray_shell.nodes`."""
 
     key: ActorKey
     cls: type
@@ -36,6 +38,8 @@ class ActorSpec:
     kwargs: dict = field(default_factory=dict)
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    resources: dict = field(default_factory=dict)
+    placement: str = "default"
 
 
 @dataclass(frozen=True)

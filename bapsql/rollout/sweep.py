@@ -48,6 +48,7 @@ class SweepSummary:
     env_workers: int
     engines: dict[str, str]  # model method -> engine kind
     setup_s: float
+    actor_restarts: dict[str, int] = dataclasses.field(default_factory=dict)  # "env/0" -> restarts (the backend's)
 
     @property
     def cells(self) -> tuple[CellStats, ...]:
@@ -78,13 +79,16 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
     specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter,
                                                      "calibration": cfg.calibration,
                                                      "placebo_dir": str((run_dir / "placebo").resolve())},
-                       num_cpus=w.env_worker_cpus) for i in range(n_workers)]
+                       num_cpus=w.env_worker_cpus, resources=dict(w.env_resources), placement="spread")
+             for i in range(n_workers)]
     keys: dict[str, list[tuple]] = {}
     for method, ec in engines.items():
         keys[method] = [("engine", method, r) for r in range(w.engine_replicas)]
         specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
-                            num_gpus=w.engine_gpus) for k in keys[method]]
-    specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir), cfg.run), num_cpus=0.1))
+                            num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in keys[method]]
+    specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), num_cpus=0.1,
+                           resources=dict(w.writer_resources),
+                           placement="driver" if w.writer == "driver" else "default"))
     return specs, keys
 
 
@@ -153,6 +157,10 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
         raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
     try:
         with session:
+            if backend == "ray" and cfg.ray.preflight:
+                from bapsql.rollout.ray_shell.nodes import preflight
+
+                preflight(root, run_dir)
             be.start(actors)
             setup_s = time.perf_counter() - t0
             if progress_bar is not None:
@@ -171,14 +179,18 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                 if progress_bar is not None:
                     progress_bar.stop()
                 _close_writer(be)
+                restarts = {"/".join(map(str, k)): n for k, n in be.restarts().items()}
                 be.shutdown()
+        if restarts and say is not None:
+            say(f"actor restarts: {restarts} (reruns {result.reruns})")
         monitor.summary({"episodes_run": result.episodes_run, "episodes_skipped": result.episodes_skipped,
                          "reruns": result.reruns, "rollout_s": round(result.wall_s, 3),
+                         "actor_restarts": sum(restarts.values()),
                          **{f"success/{c.method}/{c.budget}": c.success_rate for c in result.cells}})
     finally:
         monitor.close()
     summary = SweepSummary(cfg.run, run_dir, cfg.split, len(tasks), len(specs), result, backend, n_workers,
-                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3))
+                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3), restarts)
     _write_record(run_dir / "sweep.json", cfg, summary)
     if console is not None:
         console.print(summary_table(summary))
@@ -255,7 +267,8 @@ def _write_record(path: Path, cfg: ExperimentConfig, s: SweepSummary) -> None:
     record = {"config": cfg.to_dict(), **calibration_record(cfg.calibration), "methods": list(cfg.methods),
               "run_dir": str(s.run_dir), "tasks": s.tasks, "episodes_total": s.episodes_total,
               "episodes_run": r.episodes_run, "episodes_skipped": r.episodes_skipped, "reruns": r.reruns,
-              "restarts": r.restarts, "generated_tokens": r.generated_tokens, "wall_s": round(r.wall_s, 3),
+              "restarts": r.restarts, "actor_restarts": s.actor_restarts, "generated_tokens": r.generated_tokens,
+              "wall_s": round(r.wall_s, 3),
               "setup_s": s.setup_s, "backend": s.backend, "env_workers": s.env_workers, "engines": s.engines,
               "cells": [dataclasses.asdict(c) | {"success_rate": c.success_rate} for c in r.cells]}
     tmp = path.with_name(f".{path.name}.tmp")
@@ -278,6 +291,6 @@ def summary_table(s: SweepSummary) -> Any:
                   f"{c.mean_queries:.2f}", f"{c.mean_result_tokens:.0f}", f"{c.mean_vm_steps:.0f}",
                   str(c.invalid_actions), str(c.breaches))
     t.caption = (f"{r.wall_s:.1f} s rollout + {s.setup_s:.1f} s setup · {r.episodes_per_s:.1f} episodes/s · "
-                 f"{r.generated_tokens} generated tokens · reruns {r.reruns} · restarts {r.restarts or 0} · "
+                 f"{r.generated_tokens} generated tokens · reruns {r.reruns} · restarts {s.actor_restarts or 0} · "
                  f"{s.env_workers} env workers ({s.backend}) · logs in {s.run_dir}")
     return t

@@ -4,6 +4,7 @@ Pure parts: `reward` (BAP-SQL reward and its variants), `grpo` (advantages, clip
 (online difficulty filter), `sampler` (training-time task × budget prompts), `batch` (groups → samples).
 Torch parts (imported lazily): `learner` (LoRA learner), `checkpoint`, `weight_sync`, `sft` (Ray Train).
 Orchestration: `rollouts` (actors + driver for training), `loop` (the GRPO update loop), `pipeline` (stages),
-`ray_learner` (the learner as a Ray actor), `config` (strict `TrainConfig`). Importing this package imports
+`config` (strict `TrainConfig`); the learner as a Ray actor and Ray Train live in the Ray shell
+(`bapsql.rollout.ray_shell.learner`, `.train`). Importing this package imports
 nothing heavy.
 """

@@ -4,8 +4,10 @@ A checkpoint is a folder ``<root>/update-<NNNNNN>/`` holding
 
 - ``adapter/``: the LoRA adapter as peft saves it (``adapter_config.json``, ``adapter_model.safetensors``) — also
   what an engine loads to serve this policy;
-- ``trainer.pt``: optimizer and scheduler state and the learner's step counter;
-- ``rng.pt``: the RNG states of python ``random``, numpy's global generator, torch (CPU and every CUDA device);
+- ``trainer.pt``: optimizer and scheduler state and the learner's step counter (tensors on the CPU);
+- ``rng.pt``: the RNG states of the learner's process: python ``random``, numpy's global generator, torch (CPU and
+  every CUDA device); ``driver_rng.pt``: the same of the driver's process (the same process unless the learner is a
+  remote actor);
 - ``state.json``: the update counter, the (task, budget) sampler's state (data order), the difficulty filter's
   state, and any extra JSON the loop keeps (e.g. the policy version and the metrics of the last update).
 
@@ -13,6 +15,12 @@ Folders appear atomically (written under a hidden temporary name, then renamed),
 checkpoint that `latest_checkpoint` would pick; `prune` keeps the newest ``keep``. `load_checkpoint` restores the
 learner (adapter tensors, optimizer, scheduler, step) and the RNG states, and returns the `TrainState` for the loop
 to restore its sampler and filter from.
+
+The learner writes and reads its own part (`Learner.save_state` / `Learner.load_state`: ``adapter/``, ``trainer.pt``,
+``rng.pt``), so with the learner in a Ray actor on a GPU node (`bapsql.rollout.ray_shell.learner`) its tensors go
+from that node to the (shared) checkpoint folder and back, loaded with ``map_location`` onto the learner's device; a
+CPU-only driver never deserialises a GPU tensor. The checkpoint root must be on storage the learner's node and the
+driver share (cluster/README.md).
 """
 
 from __future__ import annotations
@@ -76,9 +84,8 @@ def save_checkpoint(root: str | Path, learner: Any, state: TrainState) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    learner.save_adapter(tmp / "adapter")
-    torch.save(learner.training_state(), tmp / "trainer.pt")
-    torch.save(capture_rng(), tmp / "rng.pt")
+    learner.save_state(tmp)
+    torch.save(capture_rng(), tmp / "driver_rng.pt")
     (tmp / "state.json").write_text(json.dumps({
         "update": state.update, "sampler": state.sampler, "filter": state.filter, "extra": state.extra,
     }, indent=1, sort_keys=True))
@@ -122,17 +129,15 @@ def read_state(path: str | Path) -> TrainState:
 
 
 def load_checkpoint(path: str | Path, learner: Any, *, rng: bool = True) -> TrainState:
-    """Restore ``learner`` (adapter tensors, optimizer, scheduler, step) and, with ``rng``, the RNG states."""
+    """Restore ``learner`` (adapter tensors, optimizer, scheduler, step) and, with ``rng``, the RNG states of the
+    driver's and the learner's processes."""
     import torch
-    from safetensors.torch import load_file
 
     p = Path(path)
     state = read_state(p)
-    adapter_file = p / "adapter" / "adapter_model.safetensors"
-    if not adapter_file.is_file():
+    if not (p / "adapter" / "adapter_model.safetensors").is_file():
         raise ConfigError(f"{p}: checkpoint has no adapter/adapter_model.safetensors")
-    learner.load_adapter_state(load_file(str(adapter_file)))
-    learner.load_training_state(torch.load(p / "trainer.pt", weights_only=False))
-    if rng:
-        restore_rng(torch.load(p / "rng.pt", weights_only=False))
+    if rng and (p / "driver_rng.pt").is_file():
+        restore_rng(torch.load(p / "driver_rng.pt", map_location="cpu", weights_only=False))
+    learner.load_state(p, rng=rng)  # after the driver's: in one process the learner's states are the ones kept
     return state

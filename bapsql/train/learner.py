@@ -93,6 +93,17 @@ def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]
     return f
 
 
+def _to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor inside (dicts, lists, tuples) moved to the CPU."""
+    if hasattr(obj, "detach") and hasattr(obj, "cpu"):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
 class Learner:
     """Causal LM + LoRA + AdamW (see the module docstring)."""
 
@@ -312,13 +323,48 @@ class Learner:
             raise ConfigError(f"adapter state does not fit this model: unexpected keys {unexpected[:3]}...")
 
     def training_state(self) -> dict[str, Any]:
-        """Optimizer, scheduler and step (what a checkpoint needs besides the adapter)."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step}
+        """Optimizer, scheduler and step (what a checkpoint needs besides the adapter), every tensor on the CPU: a
+        CPU-only process (a cluster's driver) can hold and deserialise it."""
+        return _to_cpu({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                        "step": self.step})
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])  # casts the moments to each parameter's device
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
+
+    def save_state(self, out_dir: str | Path) -> Path:
+        """Write this learner's own part of a checkpoint into ``out_dir`` (DESIGN §5): ``adapter/``, ``trainer.pt``
+        (optimizer, scheduler, step; tensors moved to the CPU) and ``rng.pt`` (the RNG states of this process).
+        On a cluster the learner runs in an actor on a GPU node and writes to shared storage itself, so no GPU
+        tensor ever travels to the driver."""
+        import torch
+
+        from bapsql.train.checkpoint import capture_rng
+
+        out = Path(out_dir)
+        self.save_adapter(out / "adapter")
+        torch.save(self.training_state(), out / "trainer.pt")
+        torch.save(capture_rng(), out / "rng.pt")
+        return out
+
+    def load_state(self, path: str | Path, *, rng: bool = True) -> None:
+        """Restore what `save_state` wrote (adapter tensors, optimizer, scheduler, step and, with ``rng``, this
+        process's RNG states); tensors are loaded onto this learner's device (``map_location``), whatever device
+        wrote them."""
+        import torch
+        from safetensors.torch import load_file
+
+        from bapsql.train.checkpoint import restore_rng
+
+        p = Path(path)
+        adapter_file = p / "adapter" / "adapter_model.safetensors"
+        if not adapter_file.is_file():
+            raise ConfigError(f"{p}: checkpoint has no adapter/adapter_model.safetensors")
+        self.load_adapter_state(load_file(str(adapter_file), device=str(self.device)))
+        self.load_training_state(torch.load(p / "trainer.pt", map_location=self.device, weights_only=False))
+        if rng:
+            restore_rng(torch.load(p / "rng.pt", map_location="cpu", weights_only=False))
 
     def merge_and_save(self, out_dir: str | Path, *, copy_files: Sequence[str] = (
             "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",

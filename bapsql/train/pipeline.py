@@ -185,7 +185,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     total = cfg.grpo.updates if updates is None else updates
     lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total))
     if cfg.model.remote_learner:
-        from bapsql.train.ray_learner import RemoteLearner
+        from bapsql.rollout.ray_shell.learner import RemoteLearner
 
         learner = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
     else:
@@ -292,6 +292,11 @@ def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False, stages: tup
     eval_dir = report = None
     success: dict[str, dict[str, float]] = {}
     with (ray_context(cfg, run_dir) if need_ray else contextlib.nullcontext()):
+        if need_ray:  # every node must see the benchmark and write the run folder (StorageError otherwise)
+            from bapsql.rollout.ray_shell.nodes import preflight
+            from bapsql.rollout.runner import resolve_benchmark
+
+            preflight(resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)), run_dir)
         if "sft" in stages and cfg.sft.enabled:
             if (sft_dir(cfg, seed) / "merged" / "config.json").is_file() and resume:
                 _say(console, f"SFT outputs exist in {sft_dir(cfg, seed)}; skipping SFT (resume)")

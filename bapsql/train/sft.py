@@ -8,19 +8,18 @@ Parquet that ``bapsql sft-data`` writes (columns ``input_ids``, ``loss_mask``).
   worker runs: the same seeded shuffle on every rank, each effective batch split round-robin across ranks
   (``effective_batch / world`` sequences per rank per step), one optimizer step per effective batch. Each rank's
   loss is the token mean of its share; DDP averages the ranks' gradients.
-- `run_sft(...)` runs that loop under Ray Train: a `TorchTrainer` with ``ScalingConfig(num_workers, use_gpu)``; each
-  worker builds a `Learner` whose forward module is wrapped by ``ray.train.torch.prepare_model`` (DDP across GPUs and
-  nodes, or FSDP with ``strategy: fsdp``; a single worker is left unwrapped), reports per-step metrics with
-  ``ray.train.report``, and rank 0 hands back the adapter and the SFT-merged model (base + adapter, a plain
-  transformers folder: the GRPO stage's base and the engine's model) as a Ray Train checkpoint, copied to ``out_dir``.
-  On this machine: one CPU worker. Ray is imported only inside `run_sft`.
+- `run_sft(...)` runs `sft_worker` under Ray Train (`bapsql.rollout.ray_shell.train.fit_data_parallel`: a
+  `TorchTrainer` with ``ScalingConfig(num_workers, use_gpu)``); each worker builds a `Learner` whose forward module
+  is wrapped by Ray Train's ``prepare_model`` (DDP across GPUs and nodes, or FSDP with ``strategy: fsdp``; a single
+  worker is left unwrapped), reports per-step metrics, and rank 0 hands back the adapter and the SFT-merged model
+  (base + adapter, a plain transformers folder: the GRPO stage's base and the engine's model) as the run's
+  checkpoint, copied to ``out_dir``. On this machine: one CPU worker. This module never imports Ray (the shell does).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,34 +95,25 @@ def sft_epochs(learner: Any, samples: Sequence[Sample], *, effective_batch: int,
     return out
 
 
-def _worker_loop(config: dict) -> None:
-    """Ray Train's ``train_loop_per_worker``: one data-parallel SFT worker (see `run_sft`)."""
+def sft_worker(config: dict, dist: Any) -> None:
+    """One data-parallel SFT worker (see `run_sft`). ``dist`` says what the worker is (``rank``, ``world``,
+    ``device``) and how to wrap its model and report (`bapsql.rollout.ray_shell.train.RayTrainWorker`)."""
     import tempfile
-
-    import ray.train
-    import ray.train.torch
 
     from bapsql.train.learner import Learner
 
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rank, world = dist.rank, dist.world
     samples, dropped = load_pairs(config["data"], config["max_length"])
     lcfg: LearnerConfig = config["learner"]
     total = steps_per_epoch(len(samples), config["effective_batch"]) * config["epochs"]
-    lcfg = dataclasses.replace(lcfg, optim=dataclasses.replace(lcfg.optim, total_steps=total),
-                               device=str(ray.train.torch.get_device()))
-    kwargs = {"use_orig_params": True} if config["strategy"] == "fsdp" else None  # frozen base + LoRA
-
-    def ddp(m):
-        return ray.train.torch.prepare_model(m, move_to_device=False, parallel_strategy=config["strategy"],
-                                             parallel_strategy_kwargs=kwargs)
-    learner = Learner(lcfg, wrap=ddp if world > 1 else None)
+    lcfg = dataclasses.replace(lcfg, optim=dataclasses.replace(lcfg.optim, total_steps=total), device=dist.device)
+    learner = Learner(lcfg, wrap=dist.wrap if world > 1 else None)
     t0 = time.perf_counter()
 
     def report(step: int, m: UpdateMetrics) -> None:
         if step < total - 1:
-            ray.train.report({"step": step, "loss": m.loss, "grad_norm": m.grad_norm, "lr": m.lr,
-                              "tokens_per_s": m.tokens_per_s, "tokens": m.tokens})
+            dist.report({"step": step, "loss": m.loss, "grad_norm": m.grad_norm, "lr": m.lr,
+                         "tokens_per_s": m.tokens_per_s, "tokens": m.tokens})
 
     metrics = sft_epochs(learner, samples, effective_batch=config["effective_batch"], epochs=config["epochs"],
                          seed=config["seed"], rank=rank, world=world, on_step=report)
@@ -135,46 +125,28 @@ def _worker_loop(config: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             learner.save_adapter(Path(tmp) / "adapter")
             learner.merge_and_save(Path(tmp) / "merged")
-            ray.train.report(final, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+            dist.report(final, checkpoint_dir=tmp)
     else:
-        ray.train.report(final)
+        dist.report(final)
 
 
 def run_sft(data: str | Path, learner_cfg: LearnerConfig, out_dir: str | Path, *, effective_batch: int = 128,
             max_length: int = 8192, epochs: int = 1, seed: int = 0, num_workers: int = 1, use_gpu: bool = False,
             strategy: str = "ddp", resources_per_worker: dict | None = None) -> SFTResult:
-    """Run SFT with Ray Train's `TorchTrainer` (Ray must be initialized, or it starts a local instance) and copy
-    the adapter and merged model to ``out_dir/adapter`` and ``out_dir/merged``."""
-    import ray.train
-    from ray.train.torch import TorchTrainer
+    """Run SFT with Ray Train (`bapsql.rollout.ray_shell.train.fit_data_parallel`; Ray must be initialized, or it
+    starts a local instance) and copy the adapter and merged model to ``out_dir/adapter`` and ``out_dir/merged``."""
+    from bapsql.rollout.ray_shell.train import fit_data_parallel
 
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    trainer = TorchTrainer(
-        _worker_loop,
-        train_loop_config={"data": str(Path(data).resolve()), "learner": learner_cfg, "max_length": max_length,
-                           "effective_batch": effective_batch // num_workers * num_workers, "epochs": epochs,
-                           "seed": seed, "strategy": strategy},
-        scaling_config=ray.train.ScalingConfig(num_workers=num_workers, use_gpu=use_gpu,
-                                               resources_per_worker=resources_per_worker),
-        run_config=ray.train.RunConfig(name="sft", storage_path=str(out / "ray_train")),
-    )
-    result = trainer.fit()
-    if result.error is not None:
-        raise result.error
-    if result.checkpoint is None:
-        raise ConfigError("SFT finished without a checkpoint from rank 0")
-    for name in ("adapter", "merged"):
-        if (out / name).exists():
-            shutil.rmtree(out / name)
-    with result.checkpoint.as_directory() as ckpt:
-        shutil.copytree(Path(ckpt) / "adapter", out / "adapter")
-        shutil.copytree(Path(ckpt) / "merged", out / "merged")
-    m = result.metrics
-    history = tuple(dict(r) for r in result.metrics_dataframe.to_dict("records")) \
-        if result.metrics_dataframe is not None else ()
+    fit = fit_data_parallel(
+        sft_worker, {"data": str(Path(data).resolve()), "learner": learner_cfg, "max_length": max_length,
+                     "effective_batch": effective_batch // num_workers * num_workers, "epochs": epochs,
+                     "seed": seed},
+        out_dir=out, copy=("adapter", "merged"), num_workers=num_workers, use_gpu=use_gpu, strategy=strategy,
+        resources_per_worker=resources_per_worker, name="sft")
+    m = fit.metrics
     return SFTResult(adapter_dir=out / "adapter", merged_dir=out / "merged", pairs=int(m["pairs"]),
                      dropped_too_long=int(m["dropped_too_long"]), steps=int(m["step"]) + 1,
                      losses=tuple(float(x) for x in m["losses"]), tokens_per_s=float(m["tokens_per_s"]),
-                     seconds=time.perf_counter() - t0, history=history)
+                     seconds=time.perf_counter() - t0, history=fit.history)

@@ -3,6 +3,7 @@ loading for job submission, and `ray_session` choosing to join rather than start
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ pytest.importorskip("ray")
 
 from bapsql.errors import ConfigError  # noqa: E402
 from bapsql.rollout import ray_shell  # noqa: E402
+from tests.rollout.ray_fixtures import local_ray_fixture  # noqa: E402,F401  (fixture)
 
 SOCKET_SUFFIX = "/session_2026-11-30_08-16-19_406177_86720/sockets/plasma_store"
 
@@ -43,11 +45,58 @@ def test_runtime_env_resolves_the_working_dir_against_the_repo(tmp_path):
 
 def test_a_job_driver_joins_its_cluster_instead_of_starting_one(monkeypatch):
     seen = {}
-    monkeypatch.setattr(ray_shell, "join_ray", lambda address: seen.setdefault("join", address))
-    monkeypatch.setattr(ray_shell, "local_ray", lambda **kw: seen.setdefault("local", kw))
+    monkeypatch.setattr(ray_shell.session, "join_ray", lambda address: seen.setdefault("join", address))
+    monkeypatch.setattr(ray_shell.session, "local_ray", lambda **kw: seen.setdefault("local", kw))
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6390")
     ray_shell.ray_session(None, num_cpus=2)
     assert seen == {"join": "127.0.0.1:6390"}
     monkeypatch.delenv("RAY_ADDRESS")
     ray_shell.ray_session(None, num_cpus=2, temp_dir="/tmp/x")
     assert seen["local"] == {"num_cpus": 2, "temp_dir": "/tmp/x", "include_dashboard": False}
+
+
+def test_the_storage_check_names_what_a_node_cannot_see_or_write(tmp_path):
+    from bapsql.rollout.ray_shell.nodes import check_storage
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "benchmark.json").write_text("{}")
+    host, problems = check_storage(str(bench), str(tmp_path / "run"))
+    assert host and problems == () and list((tmp_path / "run").iterdir()) == []  # the probe file is removed
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        _, problems = check_storage(str(tmp_path / "elsewhere"), str(ro / "run"))
+    finally:
+        ro.chmod(0o700)
+    assert any("cannot see the benchmark folder" in p for p in problems)
+    if os.geteuid() != 0:  # root writes anywhere
+        assert any("cannot write the run folder" in p for p in problems)
+
+
+@pytest.mark.slow
+def test_the_preflight_fails_with_a_clear_message_when_a_node_lacks_the_shared_folders(local_ray, tmp_path):
+    from bapsql.errors import StorageError
+    from bapsql.rollout.ray_shell.nodes import preflight
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "tasks.json").write_text("[]")
+    checks = preflight(bench, tmp_path / "run")
+    assert len(checks) == 1 and checks[0].problems == ()
+    with pytest.raises(StorageError, match=r"1 of 1 nodes: node .*cannot see the benchmark folder .*Shared storage"):
+        preflight(tmp_path / "not-mounted", tmp_path / "run")
+
+
+def test_actor_options_reserve_custom_resources_and_spread_env_workers():
+    from bapsql.rollout.backend import ActorSpec
+    from bapsql.rollout.ray_shell.nodes import actor_options
+    from bapsql.rollout.workers import EnvWorker
+
+    spec = ActorSpec(("env", 0), EnvWorker, num_cpus=0.5, resources={"env_node": 1.0}, placement="spread")
+    opts = actor_options(spec, max_restarts=3)
+    assert opts["resources"] == {"env_node": 1.0} and opts["scheduling_strategy"] == "SPREAD"
+    assert (opts["num_cpus"], opts["num_gpus"], opts["max_restarts"], opts["max_task_retries"]) == (0.5, 0.0, 3, 0)
+    plain = actor_options(ActorSpec(("writer", 0), EnvWorker), max_restarts=1)
+    assert "resources" not in plain and "scheduling_strategy" not in plain

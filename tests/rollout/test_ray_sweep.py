@@ -97,7 +97,7 @@ def test_actors_the_cluster_cannot_schedule_fail_loudly_instead_of_hanging(local
     from bapsql.rollout.workers import EnvWorker
 
     be = RayBackend()
-    with pytest.raises(RolloutError, match="reserve 64 CPUs"):
+    with pytest.raises(RolloutError, match="reserve 64 CPU, 0 GPU, the cluster has"):
         be.start([ActorSpec(("env", 0), EnvWorker, (0,), num_cpus=64)], timeout_s=3)
     be.shutdown()
 

@@ -55,3 +55,30 @@ def test_atomic_listing_latest_and_prune(make_learner, tmp_path):
     assert latest_checkpoint(tmp_path / "nothing") is None
     with pytest.raises(ConfigError):
         read_state(tmp_path / "update-000009")
+
+
+class _Remote:
+    """Stands in for a remote learner: only what crosses the driver/actor boundary is allowed."""
+
+    def __init__(self, learner):
+        self.learner, self.calls = learner, []
+
+    def __getattr__(self, name):
+        if name in ("training_state", "adapter_state", "load_training_state", "load_adapter_state"):
+            raise AssertionError(f"the driver asked the learner for {name}: tensors would cross to the driver")
+        self.calls.append(name)
+        return getattr(self.learner, name)
+
+
+def test_the_learner_saves_and_loads_its_own_state_so_no_tensor_crosses_to_the_driver(make_learner, tmp_path):
+    a = make_learner(lr=1e-2)
+    a.sft_update(batch(0))
+    remote = _Remote(a)
+    path = save_checkpoint(tmp_path, remote, TrainState(update=1))
+    assert remote.calls == ["save_state"]
+    trainer = torch.load(path / "trainer.pt", weights_only=False)  # no map_location needed: all on the CPU
+    moments = [t for s in trainer["optimizer"]["state"].values() for t in s.values() if torch.is_tensor(t)]
+    assert moments and all(t.device.type == "cpu" for t in moments)
+    b = _Remote(make_learner(lr=1e-2, seed=7))
+    assert load_checkpoint(path, b).update == 1 and b.calls == ["load_state"]
+    assert b.learner.step == 1

@@ -37,7 +37,7 @@ def make_cfg(tiny, bench, out, *, filter_enabled=False):
         monitor=MonitorSection(kind="memory"))
 
 
-def build(cfg, tiny, run_dir):
+def build(cfg, tiny, run_dir, learner=None):
     from bapsql.data.benchmark import load_benchmark
     from bapsql.policies.chat import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
@@ -49,7 +49,7 @@ def build(cfg, tiny, run_dir):
     from bapsql.train.weight_sync import make_probe
 
     tasks = sorted(load_benchmark(cfg.data.benchmark, split="train").tasks, key=lambda t: t.task_id)
-    learner = Learner(cfg.learner_config(tiny, "grpo", seed=0, total_steps=3))
+    learner = learner or Learner(cfg.learner_config(tiny, "grpo", seed=0, total_steps=3))
     rollouts = TrainingRollouts(LocalBackend(), run_name="loop", method="model.policy",
                                 agent=AgentConfig(model_dir=str(tiny), max_tokens=6), engine=engine_config(
                                     cfg, tiny, lora=True), tasks=tasks, group_size=4,

@@ -11,7 +11,7 @@ from bapsql.train.learner import Sample
 def test_remote_learner_matches_the_local_one(make_learner, tiny_model_dir, tmp_path):
     pytest.importorskip("ray")
     from bapsql.rollout.ray_shell import local_ray
-    from bapsql.train.ray_learner import RemoteLearner
+    from bapsql.rollout.ray_shell.learner import RemoteLearner
 
     rng = random.Random(0)
     batch = [Sample(tuple(rng.randrange(100, 8000) for _ in range(20)), tuple([0] * 10 + [1] * 10)) for _ in range(3)]

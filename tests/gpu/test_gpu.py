@@ -1,0 +1,53 @@
+"""The GPU tier (marker ``gpu``; skipped without CUDA): the prepared check end to end, and a GPU learner's
+checkpoint that a CPU-only process can read.
+
+Run on a machine with one NVIDIA GPU: ``python -m pytest -m gpu tests/gpu -q`` (or ``bash scripts/gpu_check.sh``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+REPO = Path(__file__).resolve().parents[2]
+STEPS = ("model", "vllm_lora", "learner_bf16", "sync", "grpo", "sweep")
+
+
+def test_the_gpu_check_passes_every_step(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BAPSQL_CACHE_DIR": str(tmp_path / "cache"),
+           "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), "--out", str(tmp_path)], env=env,
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("[gpu_check] ")]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    for step in STEPS:
+        assert any(ln.split()[1:3] == [step, "ok"] for ln in lines), (step, lines)
+
+
+def test_a_gpu_learners_checkpoint_loads_in_a_cpu_only_process(tmp_path):
+    from bapsql.rollout.tiny_model import make_tiny_model
+    from bapsql.train.checkpoint import TrainState, save_checkpoint
+    from bapsql.train.config import LearnerConfig
+    from bapsql.train.learner import Learner, Sample
+
+    model = make_tiny_model(tmp_path / "model").out_dir
+    learner = Learner(LearnerConfig(model_path=str(model), dtype="bfloat16", device="cuda"))
+    learner.sft_update([Sample(tuple(range(10, 40)), (0,) * 15 + (1,) * 15)])
+    path = save_checkpoint(tmp_path / "ckpt", learner, TrainState(update=1))
+    code = ("import torch, sys; s = torch.load(sys.argv[1], weights_only=False); "
+            "ts = [t for st in s['optimizer']['state'].values() for t in st.values() if torch.is_tensor(t)]; "
+            "assert ts and all(t.device.type == 'cpu' for t in ts); print('ok', len(ts))")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # a driver without a GPU
+    out = subprocess.run([sys.executable, "-c", code, str(path / "trainer.pt")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
+    fresh = Learner(LearnerConfig(model_path=str(model), dtype="bfloat16", device="cuda", seed=3))
+    fresh.load_state(path)
+    assert fresh.step == 1
+    for k, v in learner.adapter_state().items():
+        torch.testing.assert_close(fresh.adapter_state()[k], v)
