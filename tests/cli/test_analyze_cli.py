@@ -38,7 +38,7 @@ def test_analyze_writes_the_report_and_says_where(run_dir, tmp_path):
     assert f"{out}/report.html" in result.stdout
     assert "bootstrap" in result.stderr  # progress goes to stderr
     doc = json.loads((out / "summary.json").read_text())
-    assert doc["reference"] is None and doc["replicates"] == 300  # no guessed reference and doc["seed"] == 3
+    assert doc["reference"] == "sft" and doc["replicates"] == 300 and doc["seed"] == 3
     assert set(doc["methods"]["rl"]["success"]) == set(LADDER)
     assert doc["methods"]["rl"]["frontier_score"] > doc["methods"]["sft"]["frontier_score"]
     for name in ("report.md", "report.html", "frontier.png", "quality_tokens.png"):

@@ -111,7 +111,13 @@ def test_summary_table_renders(three_seed_run):
 def test_demo_resolves_to_the_cached_benchmark(tmp_path, bench):
     import shutil
 
+    import json
+
+    from bapsql.data.demo import GENERATOR_VERSION
+
     shutil.copytree(bench, tmp_path / "demo-small")
+    info_path = tmp_path / "demo-small" / "benchmark.json"  # written by this generator version: reused as is
+    info_path.write_text(json.dumps({**json.loads(info_path.read_text()), "generator_version": GENERATOR_VERSION}))
     messages = []
     assert resolve_benchmark("demo", cache_dir=tmp_path, announce=messages.append) == tmp_path / "demo-small"
     assert messages == []  # already there: nothing built
