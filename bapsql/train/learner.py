@@ -3,16 +3,25 @@
 Contract:
 
 - `Learner(cfg)` loads ``cfg.model_path`` (a transformers folder), wraps it with a fresh LoRA adapter (rank 32 on
-  the attention and MLP projections by default; B = 0, so the initial policy equals the base model) or with the
+  every linear projection of the architecture by default, `discover_lora_targets`; B = 0, so the initial policy
+  equals the base model) or with the
   adapter saved at ``cfg.adapter_path``, and builds AdamW over the adapter's parameters plus a warmup + constant /
   linear / cosine LR schedule. Only adapter weights train; the base stays frozen.
 - One *update* is one optimizer step over an effective batch of `Sample` sequences: the batch is split into
   micro-batches of at most ``micro_batch_tokens`` padded tokens, gradients accumulate, the loss is normalized by the
   number of loss tokens of the whole effective batch (token mean), the gradient norm is clipped to
   ``max_grad_norm``, then AdamW and the scheduler step. `sft_update` minimizes the completion-token NLL;
-  `grpo_update` minimizes `bapsql.train.grpo.policy_loss` (advantage per sequence, engine logprobs per token).
+  `grpo_update` minimizes `bapsql.train.grpo.policy_loss` (advantage per sequence, engine logprobs per token) with
+  every dropout of the model switched off (`dropout_disabled`): the recomputed logprobs are those of the policy
+  the engine sampled from, not a noisy draw of it.
+- Logprobs are of ``logits / cfg.temperature`` (the GRPO stage sets the sampling temperature, so learner and engine
+  score the same distribution) and are computed by `bapsql.train.logprobs.chunked_token_logprobs` from the final
+  hidden states, ``cfg.logprob_chunk_tokens`` positions at a time (memory O(chunk · vocab), not O(tokens · vocab));
+  ``logprob_chunk_tokens: 0``, an output head that is not a plain ``nn.Linear``, logit soft-capping / scaling, or an
+  FSDP-wrapped module take the plain full-logits path instead.
 - `token_logprobs` gives per-token logprobs without gradients (``[T]`` per sequence, entry ``t`` is
-  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe.
+  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe (at
+  temperature 1, as engines score a given completion).
 - Thread control: ``cfg.threads`` sets `torch.set_num_threads` (1 by default: under CPU contention torch's default
   pool collapses throughput). ``wrap`` (e.g. Ray Train's ``prepare_model`` → DDP) wraps the module used for the
   forward pass; accumulation micro-batches then skip the all-reduce (``no_sync``) until the last one.
@@ -35,6 +44,9 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
+from bapsql.train.logprobs import chunked_token_logprobs
+
+WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,54 @@ def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]
     return f
 
 
+def discover_lora_targets(model: Any) -> tuple[str, ...]:
+    """The LoRA ``target_modules`` of ``model``: every ``torch.nn.Linear`` except the output head — attention, MLP,
+    shared-expert and linear-attention projections alike. Leaf names (``q_proj``, ``in_proj_qkvz``, ...) where every
+    module of that name is a linear layer; full module paths for linear layers whose leaf name is shared with
+    another kind of module (a router named like a projection), so peft never wraps a module it cannot adapt."""
+    import torch
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    linear: dict[str, list[str]] = {}
+    other: set[str] = set()
+    for name, m in model.named_modules():
+        if not name:
+            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if isinstance(m, torch.nn.Linear) and m is not head:
+            linear.setdefault(leaf, []).append(name)
+        else:
+            other.add(leaf)
+    out: list[str] = []
+    for leaf, paths in sorted(linear.items()):
+        out.extend([leaf] if leaf not in other else paths)
+    if not out:
+        raise ConfigError("lora: the model has no linear projection to adapt; set lora.target_modules")
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def dropout_disabled(model: Any):
+    """Every dropout of ``model`` off inside the block (restored after): ``nn.Dropout`` modules (LoRA's included)
+    and attention modules' ``attention_dropout`` rate. Training mode (and gradient checkpointing) stays on."""
+    import torch
+
+    saved: list[tuple[Any, str, float]] = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0:
+            saved.append((m, "p", m.p))
+            m.p = 0.0
+        rate = getattr(m, "attention_dropout", None)
+        if isinstance(rate, float) and rate > 0:
+            saved.append((m, "attention_dropout", rate))
+            m.attention_dropout = 0.0
+    try:
+        yield
+    finally:
+        for m, attr, value in saved:
+            setattr(m, attr, value)
+
+
 class Learner:
     """Causal LM + LoRA + AdamW (see the module docstring)."""
 
@@ -121,11 +181,16 @@ class Learner:
             self.model = PeftModel.from_pretrained(base, cfg.adapter_path, is_trainable=True)
         else:
             lc = cfg.lora
+            targets = lc.target_modules if lc.target_modules is not None else discover_lora_targets(base)
             self.model = get_peft_model(base, LoraConfig(
-                r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
+                r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(targets),
                 bias="none", task_type="CAUSAL_LM"))
         self.model.to(self.device)
         self.forward_model = wrap(self.model) if wrap is not None else self.model
+        self._head = self._chunkable_head(base)
+        self._hidden: Any = None
+        if self._head is not None:
+            base.get_decoder().register_forward_hook(self._keep_hidden)
         self.pad_id = int(base.config.pad_token_id if base.config.pad_token_id is not None else 0)
         self.params = [p for p in self.forward_model.parameters() if p.requires_grad]
         oc = cfg.optim
@@ -136,6 +201,27 @@ class Learner:
         self.step = 0
 
     # ---------------------------------------------------------------------------------------------- forward
+    def _chunkable_head(self, base: Any) -> Any:
+        """The output head when logprobs can be computed chunk-wise from the decoder's final hidden states (see
+        the module docstring), else None."""
+        import torch
+
+        if self.cfg.logprob_chunk_tokens <= 0 or not hasattr(base, "get_decoder"):
+            return None
+        head = base.get_output_embeddings()
+        config = base.config
+        if not isinstance(head, torch.nn.Linear) or getattr(config, "final_logit_softcapping", None) \
+                or getattr(config, "logit_scale", None) not in (None, 1.0):
+            return None
+        fsdp = getattr(getattr(torch.distributed, "fsdp", None), "FullyShardedDataParallel", None)
+        if fsdp is not None and isinstance(self.forward_model, fsdp):
+            return None
+        return head
+
+    def _keep_hidden(self, _module: Any, _args: Any, output: Any) -> None:
+        """Forward hook on the decoder: keep its final (normed) hidden states ``[b, T, H]`` for the chunked head."""
+        self._hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+
     def _micro_batches(self, samples: Sequence[Sample]) -> list[list[int]]:
         """Indices grouped into micro-batches of at most ``micro_batch_tokens`` padded tokens (order kept)."""
         budget = self.cfg.micro_batch_tokens
@@ -174,31 +260,42 @@ class Learner:
         d = self.device
         return {"ids": ids.to(d), "attn": attn.to(d), "mask": mask.to(d), "engine": eng.to(d), "adv": adv.to(d)}
 
-    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None) -> Any:
-        """Per-token logprobs ``[b, T]`` in float32: entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
+    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None, temperature: float | None = None) -> Any:
+        """Per-token logprobs ``[b, T]`` in float32 of ``logits / temperature`` (default ``cfg.temperature``):
+        entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
 
         With ``mask`` ``[b, T]`` only positions where some row has mask 1 are computed (the LM head runs on those
         alone: prompts and observations, most of an agent's tokens, cost no vocabulary projection); the others
         are 0."""
         import torch
 
+        temp = self.cfg.temperature if temperature is None else temperature
         if mask is None:
-            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-            lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-            return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
-        targets = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1) + 1  # positions predicted, [K]
+            targets = torch.arange(1, ids.shape[1], device=ids.device)  # positions predicted, [K]
+        else:
+            targets = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1) + 1
         out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         if targets.numel() == 0:
             return out
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
-        lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)  # [b, K]
-        return out.index_put((torch.arange(ids.shape[0], device=ids.device)[:, None], targets[None, :]), lp)
+        b, k = ids.shape[0], targets.numel()
+        if self._head is None:
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
+            lp = torch.log_softmax(logits.float() / temp, dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)
+        else:
+            self._hidden = None
+            model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=1)
+            hidden, self._hidden = self._hidden[:, targets - 1], None  # [b, K, H]
+            lp = chunked_token_logprobs(hidden.reshape(b * k, -1), self._head.weight, ids[:, targets].reshape(-1),
+                                        bias=self._head.bias, temperature=temp,
+                                        chunk=self.cfg.logprob_chunk_tokens).view(b, k)
+        return out.index_put((torch.arange(b, device=ids.device)[:, None], targets[None, :]), lp)
 
-    def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False,
-                       masked_only: bool = False) -> list[np.ndarray]:
-        """Per-token logprobs ``[len(ids)]`` of each sample, no grad. ``reference=True`` disables the adapter
-        (the base model: the KL reference when GRPO starts from an SFT-merged base); ``masked_only=True`` computes
-        only positions under some sample's loss mask (others are 0)."""
+    def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False, masked_only: bool = False,
+                       temperature: float | None = None) -> list[np.ndarray]:
+        """Per-token logprobs ``[len(ids)]`` of each sample, no grad, at ``temperature`` (default
+        ``cfg.temperature``). ``reference=True`` disables the adapter (the base model: the KL reference when GRPO
+        starts from an SFT-merged base); ``masked_only=True`` computes only positions under some sample's loss
+        mask (others are 0)."""
         import torch
 
         out: list[np.ndarray | None] = [None] * len(samples)
@@ -208,18 +305,19 @@ class Learner:
         with torch.no_grad(), ctx:
             for idx in self._micro_batches(samples):
                 batch = self._batch([samples[i] for i in idx])
-                lp = self._logp(self.model, batch["ids"], batch["attn"],
-                                batch["mask"] if masked_only else None).cpu().numpy()
+                lp = self._logp(self.model, batch["ids"], batch["attn"], batch["mask"] if masked_only else None,
+                                temperature).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = lp[row, :len(samples[i].input_ids)].astype(np.float64)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
-        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` (the weight-sync probe)."""
+        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` at temperature 1 (the
+        weight-sync probe: engines score a given completion with the raw distribution)."""
         ids = tuple(prompt_ids) + tuple(completion_ids)
         mask = (0,) * len(prompt_ids) + (1,) * len(completion_ids)
-        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True)[0]
+        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True, temperature=1.0)[0]
         return [float(x) for x in lp[len(prompt_ids):]]
 
     # ---------------------------------------------------------------------------------------------- updates
@@ -266,7 +364,8 @@ class Learner:
         return self._update(samples, nll)
 
     def grpo_update(self, samples: Sequence[Sample], loss_cfg: LossConfig) -> UpdateMetrics:
-        """One optimizer step on the GRPO loss; every sample needs ``engine_logprobs`` and an ``advantage``.
+        """One optimizer step on the GRPO loss; every sample needs ``engine_logprobs`` and an ``advantage``. No
+        dropout is active in its forward passes (`dropout_disabled`).
 
         With ``loss_cfg.kl_coef > 0`` the reference is the base model (adapter disabled)."""
         import torch
@@ -287,7 +386,8 @@ class Learner:
             return policy_loss(logp, batch["engine"], batch["adv"], batch["mask"], loss_cfg, ref_logp=ref,
                                normalizer=normalizer)
 
-        return self._update(samples, pg)
+        with dropout_disabled(self.model):
+            return self._update(samples, pg)
 
     # ------------------------------------------------------------------------------------------- save / load
     def save_adapter(self, out_dir: str | Path) -> Path:
@@ -320,11 +420,10 @@ class Learner:
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
 
-    def merge_and_save(self, out_dir: str | Path, *, copy_files: Sequence[str] = (
-            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-            "chat_template.jinja")) -> Path:
-        """Save base + adapter merged into a plain transformers folder (the next stage's base model), with the
-        tokenizer and generation files of the base folder copied alongside. The learner itself is unchanged."""
+    def merge_and_save(self, out_dir: str | Path) -> Path:
+        """Save base + adapter merged into a plain transformers folder (the next stage's base model), with every
+        non-weight file of the base folder (tokenizer, chat template, vocab / merges, processor and generation
+        configs, ...) copied alongside unless the save wrote it. The learner itself is unchanged."""
         import copy
         import shutil
 
@@ -332,8 +431,20 @@ class Learner:
         out.mkdir(parents=True, exist_ok=True)
         merged = copy.deepcopy(self.model).merge_and_unload()
         merged.save_pretrained(out, safe_serialization=True)
+        written = {p.name for p in out.iterdir()}
         src = Path(self.cfg.model_path)
-        for name in copy_files:
-            if (src / name).is_file():
-                shutil.copyfile(src / name, out / name)
+        for f in src.iterdir():
+            if f.name in written or f.name.startswith(".") or _is_weight_file(f.name):
+                continue
+            if f.is_file():
+                shutil.copyfile(f, out / f.name)
+            elif f.is_dir():
+                shutil.copytree(f, out / f.name, dirs_exist_ok=True,
+                                ignore=lambda _d, names: [n for n in names if _is_weight_file(n)])
         return out
+
+
+def _is_weight_file(name: str) -> bool:
+    """Model weights or their shard index (``model.safetensors.index.json``): never copied into a merged folder."""
+    return name.endswith(WEIGHT_SUFFIXES) or (name.endswith(".index.json") and (".safetensors" in name or
+                                                                              ".bin" in name))
