@@ -18,7 +18,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
     rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...}
-    sync: {tolerance, check_prompt_tokens, check_completion_tokens}
+    sync: {tolerance, max_tolerance, delta_tolerance, probe_completion_tokens}
     checkpoint: {every: 10, keep: 3}
     monitor: {kind: wandb | none | memory, project}
     eval: {enabled, budgets, seeds, limit}
@@ -217,11 +217,15 @@ class RolloutSection:
 class SyncSection:
     tolerance: float = 0.02  # mean |engine − learner| logprob over the probe completion
     max_tolerance: float = 0.5  # and no single token further apart than this
+    # the engine's probe change since the last sync, regressed on the learner's, must have slope 1 ± this
+    delta_tolerance: float = 0.5
     probe_completion_tokens: int = 24
 
     def __post_init__(self) -> None:
         if self.tolerance <= 0 or self.max_tolerance < self.tolerance:
             raise ConfigError("sync: need 0 < tolerance <= max_tolerance")
+        if not 0 < self.delta_tolerance < 1:
+            raise ConfigError(f"sync.delta_tolerance: must be in (0, 1), got {self.delta_tolerance}")
 
 
 @dataclass(frozen=True)

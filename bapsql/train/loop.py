@@ -65,7 +65,7 @@ class GRPOTrainer:
                                          seed=seed)
         self.filter = DifficultyFilter(cfg.filter)
         self.sync = WeightSync(rollouts, learner, probe, self.run_dir / "adapters", tolerance=cfg.sync.tolerance,
-                               max_tolerance=cfg.sync.max_tolerance)
+                               max_tolerance=cfg.sync.max_tolerance, delta_tolerance=cfg.sync.delta_tolerance)
         self.reward_fn = reward_fn or (lambda group: group_reward_array(group, cfg.reward))
         self.update = 0
         self.history: list[UpdateRecord] = []
