@@ -135,6 +135,20 @@ def _count_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
+def keep_history_until(path: Path, update: int) -> int:
+    """Drop the records of ``path`` (``history.jsonl``, one metrics dict per line) whose ``update`` is past
+    ``update``: after a resume from the checkpoint of ``update`` those updates run again and are logged again, so
+    keeping them would duplicate them. Rewrites the file atomically; returns how many records remain."""
+    if not path.exists():
+        return 0
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["update"] <= update]
+    if keep:
+        _atomic_write(path, "\n".join(keep))
+    else:
+        path.unlink()
+    return len(keep)
+
+
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -234,6 +248,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         resumed_from = trainer.update
         if not resume and history_path.exists():
             history_path.unlink()
+        keep_history_until(history_path, resumed_from)  # updates past the checkpoint are redone and logged again
         _say(console, f"GRPO from update {resumed_from} to {total} (sync check: mean |Δ| = {first.mean_abs:.2e})")
         while trainer.update < total:
             rec = trainer.step()
