@@ -115,7 +115,8 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
         export_sft(cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data, seed=seed,
-                   interventions=cfg.sft.interventions, max_length=cfg.sft.max_length, tokenizer_dir=base)
+                   interventions=cfg.sft.interventions, max_length=cfg.sft.max_length, tokenizer_dir=base,
+                   template_kwargs=cfg.model.chat_template_kwargs)
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -228,7 +229,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
 
         backend = LocalBackend()
     agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
-                        top_p=cfg.grpo.top_p)
+                        top_p=cfg.grpo.top_p, template_kwargs=dict(cfg.model.chat_template_kwargs))
     n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
     rollouts = TrainingRollouts(
         backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=r.method, agent=agent,
@@ -242,7 +243,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     history_path = grpo_dir / "history.jsonl"
     try:
         trainer = GRPOTrainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
-                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens),
+                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
+                                               **cfg.model.chat_template_kwargs),
                               run_dir=grpo_dir, monitor=monitor)
         first = trainer.start(resume=resume)
         resumed_from = trainer.update
@@ -290,7 +292,8 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     exp = validate(ExperimentConfig(
         run=f"{cfg.name}-seed{seed}-eval", methods=tuple(f"model:{n}" for n in models), benchmark=cfg.data.benchmark,
         split=cfg.data.eval_split, limit=cfg.eval.limit, budgets=cfg.eval.budgets, seeds=cfg.eval.seeds,
-        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature),
+        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature,
+                                                 template_kwargs=dict(cfg.model.chat_template_kwargs)),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
         out_dir=str(run_dir / "eval")))

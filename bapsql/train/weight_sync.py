@@ -97,12 +97,13 @@ def delta_slope(engine_delta: np.ndarray, learner_delta: np.ndarray) -> float:
     return float(engine_delta @ learner_delta) / denom if denom > 0 else float("nan")
 
 
-def make_probe(template: Any, max_completion_tokens: int = 24) -> Probe:
-    """The default probe rendered with a `bapsql.policies.chat.ChatTemplate`: a short system + user prompt with the
-    generation prompt, and a tool-call completion cut to ``max_completion_tokens``."""
+def make_probe(template: Any, max_completion_tokens: int = 24, **template_kwargs: Any) -> Probe:
+    """The default probe rendered with a `bapsql.policies.chat.ChatTemplate` and the run's chat-template options
+    (``template_kwargs``, e.g. ``enable_thinking=False``): a short system + user prompt with the generation prompt,
+    and a tool-call completion cut to ``max_completion_tokens``."""
     messages = [{"role": "system", "content": "You answer questions about a SQLite database with tool calls."},
                 {"role": "user", "content": PROBE_QUESTION}]
-    prompt = template.apply(messages, add_generation_prompt=True)
+    prompt = template.apply(messages, add_generation_prompt=True, **template_kwargs)
     completion = template.encode(PROBE_COMPLETION)[:max_completion_tokens]
     return Probe(tuple(prompt), tuple(completion))
 

@@ -100,3 +100,19 @@ def test_a_stale_adapter_is_caught_after_a_real_update_at_the_papers_learning_ra
         sync.check(stale, 2)  # a new version number over old weights
     again = sync.sync(2)  # a real sync passes
     assert again.discriminative and abs(again.delta_slope - 1) < 0.5
+
+
+def test_the_probe_uses_the_runs_chat_template_options(tmp_path):
+    import shutil
+
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.tokens import DEFAULT_TOKENIZER_DIR
+    from tests.policies.test_sft_export import QWEN3_STYLE
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(DEFAULT_TOKENIZER_DIR / name, tmp_path / name)
+    (tmp_path / "chat_template.jinja").write_text(QWEN3_STYLE)
+    template = ChatTemplate.from_dir(tmp_path)
+    off = make_probe(template, enable_thinking=False)
+    assert template.decode(off.prompt_ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not template.decode(make_probe(template).prompt_ids).endswith("</think>\n\n")
