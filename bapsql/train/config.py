@@ -100,14 +100,16 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     seed: int = 0
     temperature: float = 1.0  # logprobs of logits / temperature: the distribution rollouts were sampled from
-    logprob_chunk_tokens: int = 1024  # LM head + log-softmax this many positions at a time; 0: all logits at once
+    # LM head + log-softmax this many positions at a time; null: sized by the vocabulary (~128 MiB of logits per
+    # chunk, bapsql.train.logprobs.auto_chunk); 0: all logits at once (the plain path)
+    logprob_chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.micro_batch_tokens < 1:
             raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
         if not self.temperature > 0:
             raise ConfigError(f"learner temperature: must be > 0, got {self.temperature}")
-        if self.logprob_chunk_tokens < 0:
+        if self.logprob_chunk_tokens is not None and self.logprob_chunk_tokens < 0:
             raise ConfigError(f"logprob_chunk_tokens: must be >= 0, got {self.logprob_chunk_tokens}")
 
 
@@ -121,7 +123,7 @@ class ModelSection:
     remote_learner: bool = False  # run the GRPO learner in a Ray actor (a GPU node on a cluster)
     learner_gpus: float = 0.0
     learner_cpus: float = 1.0
-    logprob_chunk_tokens: int = 1024  # learner: positions per LM-head chunk (0: the full-logits path)
+    logprob_chunk_tokens: int | None = None  # learner: positions per LM-head chunk (null: auto; 0: full logits)
     # chat-template options (e.g. {enable_thinking: false} for Qwen3-class templates), used alike by the SFT export,
     # the rollouts and the weight-sync probe
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -16,7 +16,8 @@ Contract:
   the engine sampled from, not a noisy draw of it.
 - Logprobs are of ``logits / cfg.temperature`` (the GRPO stage sets the sampling temperature, so learner and engine
   score the same distribution) and are computed by `bapsql.train.logprobs.chunked_token_logprobs` from the final
-  hidden states, ``cfg.logprob_chunk_tokens`` positions at a time (memory O(chunk · vocab), not O(tokens · vocab));
+  hidden states, ``cfg.logprob_chunk_tokens`` positions at a time (default: sized by the vocabulary; memory
+  O(chunk · vocab), not O(tokens · vocab));
   ``logprob_chunk_tokens: 0``, an output head that is not a plain ``nn.Linear``, logit soft-capping / scaling, or an
   FSDP-wrapped module take the plain full-logits path instead.
 - `token_logprobs` gives per-token logprobs without gradients (``[T]`` per sequence, entry ``t`` is
@@ -44,7 +45,7 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
-from bapsql.train.logprobs import chunked_token_logprobs
+from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs
 
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
 
@@ -206,7 +207,7 @@ class Learner:
         the module docstring), else None."""
         import torch
 
-        if self.cfg.logprob_chunk_tokens <= 0 or not hasattr(base, "get_decoder"):
+        if self.cfg.logprob_chunk_tokens == 0 or not hasattr(base, "get_decoder"):
             return None
         head = base.get_output_embeddings()
         config = base.config
@@ -216,6 +217,7 @@ class Learner:
         fsdp = getattr(getattr(torch.distributed, "fsdp", None), "FullyShardedDataParallel", None)
         if fsdp is not None and isinstance(self.forward_model, fsdp):
             return None
+        self._chunk = self.cfg.logprob_chunk_tokens or auto_chunk(head.out_features)
         return head
 
     def _keep_hidden(self, _module: Any, _args: Any, output: Any) -> None:
@@ -287,7 +289,7 @@ class Learner:
             hidden, self._hidden = self._hidden[:, targets - 1], None  # [b, K, H]
             lp = chunked_token_logprobs(hidden.reshape(b * k, -1), self._head.weight, ids[:, targets].reshape(-1),
                                         bias=self._head.bias, temperature=temp,
-                                        chunk=self.cfg.logprob_chunk_tokens).view(b, k)
+                                        chunk=self._chunk).view(b, k)
         return out.index_put((torch.arange(b, device=ids.device)[:, None], targets[None, :]), lp)
 
     def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False, masked_only: bool = False,

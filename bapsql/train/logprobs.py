@@ -5,7 +5,9 @@ The learner needs ``log p(target_n | context_n)`` at ``N`` positions. The plain 
 L budget's 8k-token episodes that is several GiB per copy. `chunked_token_logprobs` computes the same values from
 the final hidden states ``[N, H]`` and the head's weight ``[V, H]`` ``chunk`` positions at a time; under autograd
 each chunk is checkpointed (`torch.utils.checkpoint`), so only its inputs are kept and the backward pass recomputes
-one ``[chunk, V]`` block at a time. Peak memory is ``O(chunk · V)`` instead of ``O(N · V)``.
+one ``[chunk, V]`` block at a time. Peak memory is ``O(chunk · V)`` instead of ``O(N · V)`` (a chunk costs about
+four ``[chunk, V]`` float32 blocks at its peak: logits, the exponentials of the log-sum-exp, and their gradients;
+`auto_chunk` sizes chunks by the vocabulary).
 
 Per position ``n``::
 
@@ -21,6 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULT_CHUNK = 1024
+CHUNK_LOGITS = 1 << 25  # logits per chunk when sized automatically: 128 MiB of float32
+
+
+def auto_chunk(vocab: int) -> int:
+    """Positions per chunk so one chunk's float32 logits take ``CHUNK_LOGITS`` entries (≈ 220 positions at a
+    151,936-token vocabulary, 4,096 at 8,192): a chunk's forward + recomputed backward then peaks at a few hundred
+    MiB whatever the sequence length."""
+    return max(16, CHUNK_LOGITS // max(1, vocab))
 
 
 def _chunk_logprobs(hidden: Any, weight: Any, bias: Any, targets: Any, temperature: float) -> Any:
