@@ -73,9 +73,12 @@ class SyncReport:
         return self.save_s + self.load_s + self.check_s
 
     def metrics(self, prefix: str = "sync/") -> dict[str, float]:
-        return {f"{prefix}seconds": self.seconds, f"{prefix}logprob_mismatch_mean": self.mean_abs,
-                f"{prefix}logprob_mismatch_max": self.max_abs, f"{prefix}learner_delta": self.learner_delta,
-                f"{prefix}delta_slope": self.delta_slope, f"{prefix}discriminative": float(self.discriminative)}
+        out = {f"{prefix}seconds": self.seconds, f"{prefix}logprob_mismatch_mean": self.mean_abs,
+               f"{prefix}logprob_mismatch_max": self.max_abs, f"{prefix}learner_delta": self.learner_delta,
+               f"{prefix}discriminative": float(self.discriminative)}
+        if self.discriminative:  # the slope exists only when the change-since-last-sync test ran
+            out[f"{prefix}delta_slope"] = self.delta_slope
+        return out
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def test_gradients_match_the_reference(n, chunk, seed):
         h = h0.clone().requires_grad_(True)
         (fn(h) * coef).sum().backward()
         grads.append(h.grad)
-    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
 
 
 def test_bad_shapes_are_refused():
