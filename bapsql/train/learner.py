@@ -154,6 +154,13 @@ def dropout_disabled(model: Any):
             setattr(m, attr, value)
 
 
+def _keep_hidden(store: dict[str, Any]) -> Callable[..., None]:
+    """A forward hook for the decoder that keeps its final (normed) hidden states ``[b, T, H]`` in ``store``."""
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        store["last"] = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    return hook
+
+
 class Learner:
     """Causal LM + LoRA + AdamW (see the module docstring)."""
 
@@ -189,9 +196,9 @@ class Learner:
         self.model.to(self.device)
         self.forward_model = wrap(self.model) if wrap is not None else self.model
         self._head = self._chunkable_head(base)
-        self._hidden: Any = None
-        if self._head is not None:
-            base.get_decoder().register_forward_hook(self._keep_hidden)
+        self._hidden: dict[str, Any] = {}  # the decoder's last output, kept by a hook (a closure, not a bound
+        if self._head is not None:        # method: copying the model, as merging does, must not copy the learner)
+            base.get_decoder().register_forward_hook(_keep_hidden(self._hidden))
         self.pad_id = int(base.config.pad_token_id if base.config.pad_token_id is not None else 0)
         self.params = [p for p in self.forward_model.parameters() if p.requires_grad]
         oc = cfg.optim
@@ -219,10 +226,6 @@ class Learner:
             return None
         self._chunk = self.cfg.logprob_chunk_tokens or auto_chunk(head.out_features)
         return head
-
-    def _keep_hidden(self, _module: Any, _args: Any, output: Any) -> None:
-        """Forward hook on the decoder: keep its final (normed) hidden states ``[b, T, H]`` for the chunked head."""
-        self._hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
 
     def _micro_batches(self, samples: Sequence[Sample]) -> list[list[int]]:
         """Indices grouped into micro-batches of at most ``micro_batch_tokens`` padded tokens (order kept)."""
@@ -284,9 +287,8 @@ class Learner:
             logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
             lp = torch.log_softmax(logits.float() / temp, dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)
         else:
-            self._hidden = None
             model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=1)
-            hidden, self._hidden = self._hidden[:, targets - 1], None  # [b, K, H]
+            hidden = self._hidden.pop("last")[:, targets - 1]  # [b, K, H]
             lp = chunked_token_logprobs(hidden.reshape(b * k, -1), self._head.weight, ids[:, targets].reshape(-1),
                                         bias=self._head.bias, temperature=temp,
                                         chunk=self._chunk).view(b, k)
