@@ -47,7 +47,7 @@ from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
 from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs
 
-WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
+from bapsql.train.model_parts import discover_lora_targets, dropout_disabled, is_weight_file
 
 
 @dataclass(frozen=True)
@@ -104,54 +104,6 @@ def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]
         progress = min(1.0, (step - warmup) / max(1, total - warmup))
         return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return f
-
-
-def discover_lora_targets(model: Any) -> tuple[str, ...]:
-    """The LoRA ``target_modules`` of ``model``: every ``torch.nn.Linear`` except the output head — attention, MLP,
-    shared-expert and linear-attention projections alike. Leaf names (``q_proj``, ``in_proj_qkvz``, ...) where every
-    module of that name is a linear layer; full module paths for linear layers whose leaf name is shared with
-    another kind of module (a router named like a projection), so peft never wraps a module it cannot adapt."""
-    import torch
-
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    linear: dict[str, list[str]] = {}
-    other: set[str] = set()
-    for name, m in model.named_modules():
-        if not name:
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if isinstance(m, torch.nn.Linear) and m is not head:
-            linear.setdefault(leaf, []).append(name)
-        else:
-            other.add(leaf)
-    out: list[str] = []
-    for leaf, paths in sorted(linear.items()):
-        out.extend([leaf] if leaf not in other else paths)
-    if not out:
-        raise ConfigError("lora: the model has no linear projection to adapt; set lora.target_modules")
-    return tuple(out)
-
-
-@contextlib.contextmanager
-def dropout_disabled(model: Any):
-    """Every dropout of ``model`` off inside the block (restored after): ``nn.Dropout`` modules (LoRA's included)
-    and attention modules' ``attention_dropout`` rate. Training mode (and gradient checkpointing) stays on."""
-    import torch
-
-    saved: list[tuple[Any, str, float]] = []
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0:
-            saved.append((m, "p", m.p))
-            m.p = 0.0
-        rate = getattr(m, "attention_dropout", None)
-        if isinstance(rate, float) and rate > 0:
-            saved.append((m, "attention_dropout", rate))
-            m.attention_dropout = 0.0
-    try:
-        yield
-    finally:
-        for m, attr, value in saved:
-            setattr(m, attr, value)
 
 
 def _keep_hidden(store: dict[str, Any]) -> Callable[..., None]:
@@ -438,17 +390,11 @@ class Learner:
         written = {p.name for p in out.iterdir()}
         src = Path(self.cfg.model_path)
         for f in src.iterdir():
-            if f.name in written or f.name.startswith(".") or _is_weight_file(f.name):
+            if f.name in written or f.name.startswith(".") or is_weight_file(f.name):
                 continue
             if f.is_file():
                 shutil.copyfile(f, out / f.name)
             elif f.is_dir():
                 shutil.copytree(f, out / f.name, dirs_exist_ok=True,
-                                ignore=lambda _d, names: [n for n in names if _is_weight_file(n)])
+                                ignore=lambda _d, names: [n for n in names if is_weight_file(n)])
         return out
-
-
-def _is_weight_file(name: str) -> bool:
-    """Model weights or their shard index (``model.safetensors.index.json``): never copied into a merged folder."""
-    return name.endswith(WEIGHT_SUFFIXES) or (name.endswith(".index.json") and (".safetensors" in name or
-                                                                              ".bin" in name))

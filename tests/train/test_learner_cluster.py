@@ -135,7 +135,8 @@ def _linear_attention_model(out):
 
 def test_lora_targets_are_discovered_from_the_model_including_linear_attention(tmp_path):
     from bapsql.train.config import LoraSpec
-    from bapsql.train.learner import Learner, discover_lora_targets
+    from bapsql.train.learner import Learner
+    from bapsql.train.model_parts import discover_lora_targets
 
     from transformers import AutoModelForCausalLM
 
