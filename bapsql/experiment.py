@@ -48,11 +48,13 @@ TINY_PRETRAIN_STEPS = 100  # next-token steps on the tokenizer corpus, so its sa
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How model policies sample (every model method of the sweep)."""
+    """How model policies sample (every model method of the sweep). ``template_kwargs``: chat-template options
+    (e.g. ``enable_thinking: false``), the same a trained policy saw in SFT and GRPO."""
 
     max_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

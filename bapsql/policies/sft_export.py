@@ -10,8 +10,13 @@ Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
   a pass adds nothing new.
 - Only episodes worth imitating are kept: budgeted successes, and justified abstentions (the env's
   ``justified_abstention_wrong``, or the task's ``min_level:<L>`` tag says the gold query needs a larger budget).
-- Every turn of a kept episode is one pair: ``prompt`` = the packaged chat template's rendering of the live
-  messages the policy saw, with the generation prompt; ``completion`` = the workflow's tool call + ``<|im_end|>``.
+- Every turn of a kept episode is one pair: ``prompt`` = the token stream a model policy sees at that turn, built
+  exactly as rollouts build it (`bapsql.policies.chat.TokenTrajectory`: the first prompt rendered once with the
+  generation prompt, then each completion as tokens and each observation as the template's continuation; a fresh
+  segment after ``context_rewritten``), with the chat-template options ``template_kwargs`` (e.g.
+  ``enable_thinking: false``) that rollouts and the sync probe use too; ``completion`` = the workflow's tool call
+  + ``<|im_end|>``. For prefix-stable templates this equals rendering the live messages afresh; for templates that
+  re-render history differently (Qwen3's think blocks) only the stream is what the policy really sees.
   Prompts are rendered exactly as the env charges context — the system message carries the tool list, so the
   template's JSON ``tools`` block is NOT added by default (it would add ~900 tokens the env never charges;
   ``tool_schemas=True`` adds it). Pairs longer than ``max_length`` tokens are dropped (counted).
@@ -104,14 +109,15 @@ def _write_parquet(rows: list[dict], out: Path) -> None:
 def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *, seed: int = 0,
                workflows: tuple[str, ...] = WORKFLOW_NAMES, budgets: tuple[str, ...] = LEVELS,
                condition: Any = "full", tool_schemas: bool = False, max_length: int = 8192,
-               tokenizer_dir: str | Path | None = None, console: Any = None) -> SFTExport:
+               tokenizer_dir: str | Path | None = None, template_kwargs: dict[str, Any] | None = None,
+               console: Any = None) -> SFTExport:
     """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring), every
     episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite)."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.policies.chat import ChatTemplate, TokenTrajectory
     from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter
 
@@ -155,22 +161,32 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         break
                     task, policy = tasks[int(ti)], policies[played % len(policies)]
                     budget = levels[int(rng.integers(len(levels)))]
-                    turns: list[tuple[list[dict], str]] = []
-                    summary = play_episode(env, policy, task, budget, played,
-                                           on_turn=lambda msgs, text, _info: turns.append((msgs, text)))
+                    turns: list[tuple[list[dict], str, bool]] = []
+                    summary = play_episode(env, policy, task, budget, played, on_turn=lambda msgs, text, info: (
+                        turns.append((msgs, text, bool(info.get("context_rewritten"))))))
                     played += 1
                     if not worth_imitating(summary, task.tags, budget.level):
                         continue
                     kept += 1
-                    for turn, (msgs, text) in enumerate(turns, start=1):
-                        prompt = template.render(msgs, tools=tools if tool_schemas else None,
-                                                 add_generation_prompt=True)
+                    stream = None
+                    seen_msgs = 0
+                    for turn, (msgs, text, rewritten) in enumerate(turns, start=1):
+                        if stream is None:
+                            stream = TokenTrajectory(template, msgs, tools=tools if tool_schemas else None,
+                                                     **(template_kwargs or {}))
+                        else:  # what the agent appends: the messages after the assistant's, or a new segment
+                            stream.add_observation(msgs[seen_msgs + 1:], context_rewritten=rewritten,
+                                                   conversation=msgs if rewritten else None)
+                        seen_msgs = len(msgs)
+                        prompt_ids = stream.prompt_ids
                         completion = text + END_OF_TURN
+                        completion_ids = template.encode(completion)
+                        stream.add_completion(completion_ids)
+                        prompt = template.decode(prompt_ids)
                         key = pair_key(prompt, completion)
                         if key in seen:
                             dups += 1
                             continue
-                        prompt_ids, completion_ids = template.encode(prompt), template.encode(completion)
                         if len(prompt_ids) + len(completion_ids) > max_length:
                             too_long += 1
                             continue

@@ -28,7 +28,7 @@ whatever batch it lands in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ END_OF_TURN: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
 @dataclass(frozen=True)
 class AgentConfig:
     """How a model policy samples. ``model_dir``: the model folder (its tokenizer.json and chat template render
-    prompts and count the env's tokens). ``max_tokens`` caps each completion; the env's context headroom and, when
+    prompts and count the env's tokens); ``template_kwargs`` go to every rendering of the chat template. ``max_tokens`` caps each completion; the env's context headroom and, when
     set, the engine's ``max_model_len`` (prompt + completion) cap it further."""
 
     model_dir: str
@@ -55,6 +55,7 @@ class AgentConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_model_len: int | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat-template options, e.g. enable_thinking
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -114,7 +115,7 @@ class ModelAgent:
         from bapsql.policies.chat import TokenTrajectory
 
         _obs, self.info = self.env.reset(task, budget, seed=self.seed)
-        self.trajectory = TokenTrajectory(self.template, self.env.messages)
+        self.trajectory = TokenTrajectory(self.template, self.env.messages, **self.config.template_kwargs)
 
     def request(self) -> GenerationRequest:
         """The next generation request: the current token sequence and this turn's sampling params."""

@@ -118,7 +118,8 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
         engines[method] = ec
         s = cfg.sampling
         agents[method] = AgentConfig(model_dir=str(ec.tokenizer_dir or ec.model), max_tokens=s.max_tokens,
-                                     temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len)
+                                     temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len,
+                                     template_kwargs=dict(s.template_kwargs))
     n_workers = max(1, min(cfg.workers.env_workers, len({t.db_id for t in tasks}) or 1))
     actors, engine_keys = actor_specs(cfg, run_dir, n_workers, agents, engines)
     monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=cfg.run,

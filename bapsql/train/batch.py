@@ -10,8 +10,9 @@ filter its ``(key, successes, size)``; `build_samples` turns kept groups into le
   (policy tokens only) and the engine's sampling logprobs;
 - ``trainable_actions`` (context-only RL) keeps the loss only on completions whose turn's action is listed: the
   k-th run of mask-1 tokens across a trajectory's segments is the k-th turn (turn rows carry the action). When the
-  runs and turns do not line up (an empty completion) the trajectory keeps its full mask and is counted in
-  ``misaligned``.
+  runs and turns do not line up (an empty completion) nobody knows which tokens are the listed actions', so the
+  trajectory is dropped from the loss (no samples; its reward still counts in its group's baseline) and counted
+  in ``misaligned`` (the loop logs it as ``batch/misaligned_dropped``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class BatchInfo:
     samples: int
     policy_tokens: int
     zero_advantage_groups: int
-    misaligned: int
+    misaligned: int  # context-only trajectories dropped because their turns and completions do not line up
 
 
 def group_outcome(group: Sequence[Any]) -> tuple[tuple[str, str], int, int]:
@@ -100,7 +101,9 @@ def build_samples(groups: Sequence[Sequence[Any]], reward_cfg: RewardConfig, *, 
             masks = [tuple(s.loss_mask) for s in traj.segments]
             if trainable_actions is not None:
                 masks, aligned = restrict_to_actions(traj.segments, traj.turns, trainable_actions)
-                misaligned += int(not aligned)
+                if not aligned:
+                    misaligned += 1
+                    continue
             for seg, mask in zip(traj.segments, masks):
                 if not any(mask):
                     continue

@@ -7,7 +7,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     seeds: [0, 1, 2]              # one adapter per seed
     out_dir: runs/train           # <out_dir>/<name>-seed<k>/{sft,grpo,eval}
     model: {base: PATH | builtin:tiny, dtype, device, threads, gradient_checkpointing, remote_learner, ...}
-    lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: [q_proj, ...]}
+    lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: null (every linear projection) | [q_proj, ...]}
     data: {benchmark: demo | PATH, split: train, eval_split: dev}
     sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
@@ -20,7 +20,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
     rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...}
-    sync: {tolerance, check_prompt_tokens, check_completion_tokens}
+    sync: {tolerance, max_tolerance, delta_tolerance, probe_completion_tokens}
     checkpoint: {every: 10, keep: 3}
     monitor: {kind: wandb | none | memory, project}
     eval: {enabled, budgets, seeds, limit, conditions: [] (default: the training condition)}
@@ -42,26 +42,28 @@ from bapsql.train.filter import FilterConfig
 from bapsql.train.grpo import LossConfig
 from bapsql.train.reward import RewardConfig
 
-LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Qwen2
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """LoRA on the attention and MLP projections (paper: rank 32)."""
+    """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts every linear
+    projection the architecture has except the output head (`bapsql.train.learner.discover_lora_targets`:
+    attention, MLP, and linear-attention blocks alike); a list overrides it."""
 
     rank: int = 32
     alpha: int = 64
     dropout: float = 0.0
-    target_modules: tuple[str, ...] = LORA_TARGETS
+    target_modules: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.rank < 1 or self.alpha < 1:
             raise ConfigError(f"lora: rank and alpha must be >= 1, got {self.rank}, {self.alpha}")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
-            raise ConfigError("lora.target_modules: name at least one module")
+        if self.target_modules is not None and not self.target_modules:
+            raise ConfigError("lora.target_modules: name at least one module, or null to adapt every projection")
 
 
 @dataclass(frozen=True)
@@ -99,10 +101,18 @@ class LearnerConfig:
     threads: int | None = 1
     gradient_checkpointing: bool = False
     seed: int = 0
+    temperature: float = 1.0  # logprobs of logits / temperature: the distribution rollouts were sampled from
+    # LM head + log-softmax this many positions at a time; null: sized by the vocabulary (~128 MiB of logits per
+    # chunk, bapsql.train.logprobs.auto_chunk); 0: all logits at once (the plain path)
+    logprob_chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.micro_batch_tokens < 1:
             raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
+        if not self.temperature > 0:
+            raise ConfigError(f"learner temperature: must be > 0, got {self.temperature}")
+        if self.logprob_chunk_tokens is not None and self.logprob_chunk_tokens < 0:
+            raise ConfigError(f"logprob_chunk_tokens: must be >= 0, got {self.logprob_chunk_tokens}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,10 @@ class ModelSection:
     remote_learner: bool = False  # run the GRPO learner in a Ray actor (a GPU node on a cluster)
     learner_gpus: float = 0.0
     learner_cpus: float = 1.0
+    logprob_chunk_tokens: int | None = None  # learner: positions per LM-head chunk (null: auto; 0: full logits)
+    # chat-template options (e.g. {enable_thinking: false} for Qwen3-class templates), used alike by the SFT export,
+    # the rollouts and the weight-sync probe
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -205,11 +219,15 @@ class RolloutSection:
 class SyncSection:
     tolerance: float = 0.02  # mean |engine − learner| logprob over the probe completion
     max_tolerance: float = 0.5  # and no single token further apart than this
+    # the engine's probe change since the last sync, regressed on the learner's, must have slope 1 ± this
+    delta_tolerance: float = 0.5
     probe_completion_tokens: int = 24
 
     def __post_init__(self) -> None:
         if self.tolerance <= 0 or self.max_tolerance < self.tolerance:
             raise ConfigError("sync: need 0 < tolerance <= max_tolerance")
+        if not 0 < self.delta_tolerance < 1:
+            raise ConfigError(f"sync.delta_tolerance: must be in (0, 1), got {self.delta_tolerance}")
 
 
 @dataclass(frozen=True)
@@ -295,6 +313,8 @@ class TrainConfig:
                        total_steps: int, adapter_path: str | None = None) -> LearnerConfig:
         """The learner settings of ``stage`` on ``model_path``."""
         s = self.sft if stage == "sft" else self.grpo
+        # GRPO's learner scores the tokens under the distribution they were sampled from (logits / T; greedy is T=1)
+        temperature = self.grpo.temperature if stage == "grpo" and self.grpo.temperature > 0 else 1.0
         optim = OptimConfig(lr=s.lr, warmup_steps=s.warmup_steps,
                             schedule=self.sft.schedule if stage == "sft" else "constant",
                             total_steps=max(1, total_steps),
@@ -302,7 +322,8 @@ class TrainConfig:
         return LearnerConfig(model_path=str(model_path), lora=self.lora, optim=optim, adapter_path=adapter_path,
                              micro_batch_tokens=s.micro_batch_tokens, dtype=self.model.dtype,
                              device=self.model.device, threads=self.model.threads,
-                             gradient_checkpointing=self.model.gradient_checkpointing, seed=seed)
+                             gradient_checkpointing=self.model.gradient_checkpointing, seed=seed,
+                             temperature=temperature, logprob_chunk_tokens=self.model.logprob_chunk_tokens)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

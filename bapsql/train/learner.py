@@ -3,16 +3,26 @@
 Contract:
 
 - `Learner(cfg)` loads ``cfg.model_path`` (a transformers folder), wraps it with a fresh LoRA adapter (rank 32 on
-  the attention and MLP projections by default; B = 0, so the initial policy equals the base model) or with the
+  every linear projection of the architecture by default, `discover_lora_targets`; B = 0, so the initial policy
+  equals the base model) or with the
   adapter saved at ``cfg.adapter_path``, and builds AdamW over the adapter's parameters plus a warmup + constant /
   linear / cosine LR schedule. Only adapter weights train; the base stays frozen.
 - One *update* is one optimizer step over an effective batch of `Sample` sequences: the batch is split into
   micro-batches of at most ``micro_batch_tokens`` padded tokens, gradients accumulate, the loss is normalized by the
   number of loss tokens of the whole effective batch (token mean), the gradient norm is clipped to
   ``max_grad_norm``, then AdamW and the scheduler step. `sft_update` minimizes the completion-token NLL;
-  `grpo_update` minimizes `bapsql.train.grpo.policy_loss` (advantage per sequence, engine logprobs per token).
+  `grpo_update` minimizes `bapsql.train.grpo.policy_loss` (advantage per sequence, engine logprobs per token) with
+  every dropout of the model switched off (`dropout_disabled`): the recomputed logprobs are those of the policy
+  the engine sampled from, not a noisy draw of it.
+- Logprobs are of ``logits / cfg.temperature`` (the GRPO stage sets the sampling temperature, so learner and engine
+  score the same distribution) and are computed by `bapsql.train.logprobs.chunked_token_logprobs` from the final
+  hidden states, ``cfg.logprob_chunk_tokens`` positions at a time (default: sized by the vocabulary; memory
+  O(chunk · vocab), not O(tokens · vocab));
+  ``logprob_chunk_tokens: 0``, an output head that is not a plain ``nn.Linear``, logit soft-capping / scaling, or an
+  FSDP-wrapped module take the plain full-logits path instead.
 - `token_logprobs` gives per-token logprobs without gradients (``[T]`` per sequence, entry ``t`` is
-  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe.
+  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe (at
+  temperature 1, as engines score a given completion).
 - Thread control: ``cfg.threads`` sets `torch.set_num_threads` (1 by default: under CPU contention torch's default
   pool collapses throughput). ``wrap`` (e.g. Ray Train's ``prepare_model`` → DDP) wraps the module used for the
   forward pass; accumulation micro-batches then skip the all-reduce (``no_sync``) until the last one.
@@ -35,6 +45,9 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
+from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs
+
+from bapsql.train.model_parts import discover_lora_targets, dropout_disabled, is_weight_file
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,13 @@ def _to_cpu(obj: Any) -> Any:
     return obj
 
 
+def _keep_hidden(store: dict[str, Any]) -> Callable[..., None]:
+    """A forward hook for the decoder that keeps its final (normed) hidden states ``[b, T, H]`` in ``store``."""
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        store["last"] = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    return hook
+
+
 class Learner:
     """Causal LM + LoRA + AdamW (see the module docstring)."""
 
@@ -132,11 +152,16 @@ class Learner:
             self.model = PeftModel.from_pretrained(base, cfg.adapter_path, is_trainable=True)
         else:
             lc = cfg.lora
+            targets = lc.target_modules if lc.target_modules is not None else discover_lora_targets(base)
             self.model = get_peft_model(base, LoraConfig(
-                r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
+                r=lc.rank, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(targets),
                 bias="none", task_type="CAUSAL_LM"))
         self.model.to(self.device)
         self.forward_model = wrap(self.model) if wrap is not None else self.model
+        self._head = self._chunkable_head(base)
+        self._hidden: dict[str, Any] = {}  # the decoder's last output, kept by a hook (a closure, not a bound
+        if self._head is not None:        # method: copying the model, as merging does, must not copy the learner)
+            base.get_decoder().register_forward_hook(_keep_hidden(self._hidden))
         self.pad_id = int(base.config.pad_token_id if base.config.pad_token_id is not None else 0)
         self.params = [p for p in self.forward_model.parameters() if p.requires_grad]
         oc = cfg.optim
@@ -147,6 +172,24 @@ class Learner:
         self.step = 0
 
     # ---------------------------------------------------------------------------------------------- forward
+    def _chunkable_head(self, base: Any) -> Any:
+        """The output head when logprobs can be computed chunk-wise from the decoder's final hidden states (see
+        the module docstring), else None."""
+        import torch
+
+        if self.cfg.logprob_chunk_tokens == 0 or not hasattr(base, "get_decoder"):
+            return None
+        head = base.get_output_embeddings()
+        config = base.config
+        if not isinstance(head, torch.nn.Linear) or getattr(config, "final_logit_softcapping", None) \
+                or getattr(config, "logit_scale", None) not in (None, 1.0):
+            return None
+        fsdp = getattr(getattr(torch.distributed, "fsdp", None), "FullyShardedDataParallel", None)
+        if fsdp is not None and isinstance(self.forward_model, fsdp):
+            return None
+        self._chunk = self.cfg.logprob_chunk_tokens or auto_chunk(head.out_features)
+        return head
+
     def _micro_batches(self, samples: Sequence[Sample]) -> list[list[int]]:
         """Indices grouped into micro-batches of at most ``micro_batch_tokens`` padded tokens (order kept)."""
         budget = self.cfg.micro_batch_tokens
@@ -185,31 +228,41 @@ class Learner:
         d = self.device
         return {"ids": ids.to(d), "attn": attn.to(d), "mask": mask.to(d), "engine": eng.to(d), "adv": adv.to(d)}
 
-    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None) -> Any:
-        """Per-token logprobs ``[b, T]`` in float32: entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
+    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None, temperature: float | None = None) -> Any:
+        """Per-token logprobs ``[b, T]`` in float32 of ``logits / temperature`` (default ``cfg.temperature``):
+        entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
 
         With ``mask`` ``[b, T]`` only positions where some row has mask 1 are computed (the LM head runs on those
         alone: prompts and observations, most of an agent's tokens, cost no vocabulary projection); the others
         are 0."""
         import torch
 
+        temp = self.cfg.temperature if temperature is None else temperature
         if mask is None:
-            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-            lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-            return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
-        targets = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1) + 1  # positions predicted, [K]
+            targets = torch.arange(1, ids.shape[1], device=ids.device)  # positions predicted, [K]
+        else:
+            targets = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1) + 1
         out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         if targets.numel() == 0:
             return out
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
-        lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)  # [b, K]
-        return out.index_put((torch.arange(ids.shape[0], device=ids.device)[:, None], targets[None, :]), lp)
+        b, k = ids.shape[0], targets.numel()
+        if self._head is None:
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
+            lp = torch.log_softmax(logits.float() / temp, dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)
+        else:
+            model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=1)
+            hidden = self._hidden.pop("last")[:, targets - 1]  # [b, K, H]
+            lp = chunked_token_logprobs(hidden.reshape(b * k, -1), self._head.weight, ids[:, targets].reshape(-1),
+                                        bias=self._head.bias, temperature=temp,
+                                        chunk=self._chunk).view(b, k)
+        return out.index_put((torch.arange(b, device=ids.device)[:, None], targets[None, :]), lp)
 
-    def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False,
-                       masked_only: bool = False) -> list[np.ndarray]:
-        """Per-token logprobs ``[len(ids)]`` of each sample, no grad. ``reference=True`` disables the adapter
-        (the base model: the KL reference when GRPO starts from an SFT-merged base); ``masked_only=True`` computes
-        only positions under some sample's loss mask (others are 0)."""
+    def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False, masked_only: bool = False,
+                       temperature: float | None = None) -> list[np.ndarray]:
+        """Per-token logprobs ``[len(ids)]`` of each sample, no grad, at ``temperature`` (default
+        ``cfg.temperature``). ``reference=True`` disables the adapter (the base model: the KL reference when GRPO
+        starts from an SFT-merged base); ``masked_only=True`` computes only positions under some sample's loss
+        mask (others are 0)."""
         import torch
 
         out: list[np.ndarray | None] = [None] * len(samples)
@@ -219,18 +272,19 @@ class Learner:
         with torch.no_grad(), ctx:
             for idx in self._micro_batches(samples):
                 batch = self._batch([samples[i] for i in idx])
-                lp = self._logp(self.model, batch["ids"], batch["attn"],
-                                batch["mask"] if masked_only else None).cpu().numpy()
+                lp = self._logp(self.model, batch["ids"], batch["attn"], batch["mask"] if masked_only else None,
+                                temperature).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = lp[row, :len(samples[i].input_ids)].astype(np.float64)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
-        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` (the weight-sync probe)."""
+        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` at temperature 1 (the
+        weight-sync probe: engines score a given completion with the raw distribution)."""
         ids = tuple(prompt_ids) + tuple(completion_ids)
         mask = (0,) * len(prompt_ids) + (1,) * len(completion_ids)
-        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True)[0]
+        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True, temperature=1.0)[0]
         return [float(x) for x in lp[len(prompt_ids):]]
 
     # ---------------------------------------------------------------------------------------------- updates
@@ -277,7 +331,8 @@ class Learner:
         return self._update(samples, nll)
 
     def grpo_update(self, samples: Sequence[Sample], loss_cfg: LossConfig) -> UpdateMetrics:
-        """One optimizer step on the GRPO loss; every sample needs ``engine_logprobs`` and an ``advantage``.
+        """One optimizer step on the GRPO loss; every sample needs ``engine_logprobs`` and an ``advantage``. No
+        dropout is active in its forward passes (`dropout_disabled`).
 
         With ``loss_cfg.kl_coef > 0`` the reference is the base model (adapter disabled)."""
         import torch
@@ -298,7 +353,8 @@ class Learner:
             return policy_loss(logp, batch["engine"], batch["adv"], batch["mask"], loss_cfg, ref_logp=ref,
                                normalizer=normalizer)
 
-        return self._update(samples, pg)
+        with dropout_disabled(self.model):
+            return self._update(samples, pg)
 
     # ------------------------------------------------------------------------------------------- save / load
     def save_adapter(self, out_dir: str | Path) -> Path:
@@ -366,11 +422,10 @@ class Learner:
         if rng:
             restore_rng(torch.load(p / "rng.pt", map_location="cpu", weights_only=False))
 
-    def merge_and_save(self, out_dir: str | Path, *, copy_files: Sequence[str] = (
-            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-            "chat_template.jinja")) -> Path:
-        """Save base + adapter merged into a plain transformers folder (the next stage's base model), with the
-        tokenizer and generation files of the base folder copied alongside. The learner itself is unchanged."""
+    def merge_and_save(self, out_dir: str | Path) -> Path:
+        """Save base + adapter merged into a plain transformers folder (the next stage's base model), with every
+        non-weight file of the base folder (tokenizer, chat template, vocab / merges, processor and generation
+        configs, ...) copied alongside unless the save wrote it. The learner itself is unchanged."""
         import copy
         import shutil
 
@@ -378,8 +433,14 @@ class Learner:
         out.mkdir(parents=True, exist_ok=True)
         merged = copy.deepcopy(self.model).merge_and_unload()
         merged.save_pretrained(out, safe_serialization=True)
+        written = {p.name for p in out.iterdir()}
         src = Path(self.cfg.model_path)
-        for name in copy_files:
-            if (src / name).is_file():
-                shutil.copyfile(src / name, out / name)
+        for f in src.iterdir():
+            if f.name in written or f.name.startswith(".") or is_weight_file(f.name):
+                continue
+            if f.is_file():
+                shutil.copyfile(f, out / f.name)
+            elif f.is_dir():
+                shutil.copytree(f, out / f.name, dirs_exist_ok=True,
+                                ignore=lambda _d, names: [n for n in names if is_weight_file(n)])
         return out

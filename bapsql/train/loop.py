@@ -65,7 +65,7 @@ class GRPOTrainer:
                                          seed=seed)
         self.filter = DifficultyFilter(cfg.filter)
         self.sync = WeightSync(rollouts, learner, probe, self.run_dir / "adapters", tolerance=cfg.sync.tolerance,
-                               max_tolerance=cfg.sync.max_tolerance)
+                               max_tolerance=cfg.sync.max_tolerance, delta_tolerance=cfg.sync.delta_tolerance)
         self.reward_fn = reward_fn or (lambda group: group_reward_array(group, cfg.reward))
         self.update = 0
         self.history: list[UpdateRecord] = []
@@ -171,6 +171,7 @@ class GRPOTrainer:
         m["success/all"] = float(np.mean(flat)) if flat else 0.0
         m["reward/mean"] = float(np.mean(all_rewards)) if all_rewards else 0.0
         m["reward/kept_mean"] = float(info.rewards.mean()) if len(info.rewards) else 0.0
+        m["batch/misaligned_dropped"] = float(info.misaligned)
         m.update({"filter/kept_groups": float(len(fill.kept)), "filter/drawn_groups": float(fill.drawn),
                   "filter/kept_share": fill.kept_share, "filter/rounds": float(fill.rounds),
                   "filter/starved": float(fill.starved), "filter/keep_rate_total": self.filter.keep_rate,

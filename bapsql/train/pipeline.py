@@ -115,7 +115,8 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
         export_sft(cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data, seed=seed,
-                   condition=cfg.condition, max_length=cfg.sft.max_length, tokenizer_dir=base)
+                   condition=cfg.condition, max_length=cfg.sft.max_length, tokenizer_dir=base,
+                   template_kwargs=cfg.model.chat_template_kwargs)
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -133,6 +134,20 @@ def _count_rows(path: Path) -> int:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(path).metadata.num_rows
+
+
+def keep_history_until(path: Path, update: int) -> int:
+    """Drop the records of ``path`` (``history.jsonl``, one metrics dict per line) whose ``update`` is past
+    ``update``: after a resume from the checkpoint of ``update`` those updates run again and are logged again, so
+    keeping them would duplicate them. Rewrites the file atomically; returns how many records remain."""
+    if not path.exists():
+        return 0
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["update"] <= update]
+    if keep:
+        _atomic_write(path, "\n".join(keep))
+    else:
+        path.unlink()
+    return len(keep)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -202,7 +217,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
 
         backend = LocalBackend()
     agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
-                        top_p=cfg.grpo.top_p)
+                        top_p=cfg.grpo.top_p, template_kwargs=dict(cfg.model.chat_template_kwargs))
     n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
     rollouts = TrainingRollouts(
         backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=method_name(r.method, cfg.condition), agent=agent,
@@ -216,12 +231,14 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     history_path = grpo_dir / "history.jsonl"
     try:
         trainer = GRPOTrainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
-                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens),
+                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
+                                               **cfg.model.chat_template_kwargs),
                               run_dir=grpo_dir, monitor=monitor)
         first = trainer.start(resume=resume)
         resumed_from = trainer.update
         if not resume and history_path.exists():
             history_path.unlink()
+        keep_history_until(history_path, resumed_from)  # updates past the checkpoint are redone and logged again
         _say(console, f"GRPO from update {resumed_from} to {total} (sync check: mean |Δ| = {first.mean_abs:.2e})")
         while trainer.update < total:
             rec = trainer.step()
@@ -264,7 +281,8 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
         run=f"{cfg.name}-seed{seed}-eval", benchmark=cfg.data.benchmark,
         methods=tuple(f"model:{n}@{c}" for n in models for c in (cfg.eval.conditions or (cfg.condition,))),
         split=cfg.data.eval_split, limit=cfg.eval.limit, budgets=cfg.eval.budgets, seeds=cfg.eval.seeds,
-        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature),
+        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature,
+                                                 template_kwargs=dict(cfg.model.chat_template_kwargs)),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
         out_dir=str(run_dir / "eval"), calibration=cfg.calibration))

@@ -64,3 +64,72 @@ def test_no_planning_set_has_no_estimates_or_rewrites(minibench, tmp_path):
     assert rows and all("estimate_query" not in r["completion"] and "rewrite_query" not in r["completion"]
                         for r in rows)
     assert all("estimate_query(" not in r["prompt"] for r in rows)  # the tool is not offered in the system prompt
+
+
+QWEN3_STYLE = (  # Qwen3's shape: a think block only on the last assistant turn; an empty one when thinking is off
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for i in range(messages|length - 1, -1, -1) %}"
+    "{%- if ns.last_user < 0 and messages[i].role == 'user' %}{%- set ns.last_user = i %}{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and loop.last and loop.index0 > ns.last_user %}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content.lstrip('\\n') + '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content | trim + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}")
+
+
+def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mini_tasks, tmp_path):
+    """With ``enable_thinking: false`` on a Qwen3-style template, every SFT prompt is exactly the token stream the
+    model agent builds when the same episode is played through it (completions fed as sampled tokens)."""
+    import shutil
+    from collections import defaultdict
+
+    from bapsql.budgets import load_ladder
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.registry import make_policy
+    from bapsql.rollout.agent import AgentConfig, ModelAgent
+    from bapsql.rollout.engines.base import Generation
+    from bapsql.tokens import HFTokenCounter
+
+    tok = tmp_path / "qwen3-style"
+    tok.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(DEFAULT_TOKENIZER_DIR / name, tok / name)
+    (tok / "chat_template.jinja").write_text(QWEN3_STYLE)
+    kwargs = {"enable_thinking": False}
+    res = export_sft(minibench, "train", 60, tmp_path / "q3.parquet", seed=0, tokenizer_dir=tok,
+                     template_kwargs=kwargs)
+    rows = pq.read_table(res.path).to_pylist()
+    assert all(r["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") for r in rows)
+    episodes = defaultdict(list)
+    for r in rows:
+        episodes[r["seed"]].append(r)
+    full = [sorted(v, key=lambda r: r["turn"]) for v in episodes.values()]
+    full = [e for e in full if [r["turn"] for r in e] == list(range(1, len(e) + 1)) and len(e) >= 2]
+    assert len(full) >= 3
+    template = ChatTemplate.from_dir(tok)
+    ladder = load_ladder()
+    think_blocks = []
+    with DatabaseHandles(HFTokenCounter(tok)) as handles:
+        for episode in full[:6]:
+            first = episode[0]
+            opts = make_policy(first["workflow"]).interface.env_options(EnvOptions())
+            env = BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=opts)
+            agent = ModelAgent(env, template, AgentConfig(str(tok), max_tokens=4096, template_kwargs=kwargs),
+                               episode_key="e", seed=first["seed"])
+            agent.reset(mini_tasks[first["task_id"]], ladder[first["budget"]])
+            for r in episode:
+                req = agent.request()
+                assert list(req.prompt_ids) == r["prompt_ids"], (first["workflow"], r["turn"])
+                agent.advance(Generation(req.prompt_ids, tuple(r["completion_ids"]), r["completion"], None, "stop"))
+            think_blocks.append(template.decode(episode[-1]["prompt_ids"]).count("<think>\n\n</think>"))
+    # past turns keep their empty think blocks in the stream (a fresh rendering would drop them; a segment started
+    # after evidence management rewrote the context renders afresh)
+    assert max(think_blocks) >= 2

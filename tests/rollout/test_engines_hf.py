@@ -56,11 +56,19 @@ def test_greedy_is_deterministic_and_independent_of_batch_padding(engine, prompt
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
 
 
-def test_logprobs_are_the_raw_model_logprobs(engine, prompts):
-    sampled = SamplingParams(max_tokens=10, temperature=0.7, top_p=0.9, seed=5)
-    for g in engine.generate(prompts[:2], [GREEDY, sampled]):
+def test_logprobs_are_those_of_the_distribution_sampled_from(engine, prompts):
+    """Greedy and T = 1 report the raw logprobs; T = 0.7 those of logits / 0.7 (checked exactly against the learner
+    in tests/train/test_learner_cluster.py); top-p renormalises over the nucleus (never below the full one)."""
+    t1 = SamplingParams(max_tokens=10, temperature=1.0, top_p=1.0, seed=5)
+    for g in engine.generate(prompts[:2], [GREEDY, t1]):
         scored = engine.logprobs_of(g.prompt_ids, g.completion_ids)
         assert max(abs(x - y) for x, y in zip(g.logprobs, scored)) < 1e-4
+    cold = engine.generate(prompts[:1], [SamplingParams(max_tokens=10, temperature=0.7, top_p=1.0, seed=5)])[0]
+    scored = engine.logprobs_of(cold.prompt_ids, cold.completion_ids)
+    assert max(abs(x - y) for x, y in zip(cold.logprobs, scored)) > 1e-3
+    nucleus = engine.generate(prompts[:1], [SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9, seed=5)])[0]
+    scored = engine.logprobs_of(nucleus.prompt_ids, nucleus.completion_ids)
+    assert all(x >= y - 1e-5 for x, y in zip(nucleus.logprobs, scored))
 
 
 def test_per_request_seeds_reproduce_whatever_the_batch(engine, prompts):

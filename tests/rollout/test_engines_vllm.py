@@ -60,6 +60,22 @@ def test_generates_from_token_ids_with_sampled_token_logprobs(setup):
         assert _close(g.logprobs, hf.logprobs_of(p, g.completion_ids))  # raw logprobs, as the learner sees them
 
 
+def test_sampled_logprobs_at_temperature_0_7_equal_the_learners_recomputation(setup):
+    """vLLM reports processed logprobs (logits / T); a learner at the same temperature recomputes them."""
+    from bapsql.train.config import LearnerConfig
+    from bapsql.train.learner import Learner, Sample
+
+    vllm, prompts = setup["vllm"], setup["prompts"]
+    gens = vllm.generate(prompts, [SamplingParams(max_tokens=12, temperature=0.7, seed=i) for i in range(len(prompts))])
+    learner = Learner(LearnerConfig(model_path=str(setup["dir"]), dtype="float32", device="cpu", threads=1,
+                                    temperature=0.7))
+    raw = Learner(LearnerConfig(model_path=str(setup["dir"]), dtype="float32", device="cpu", threads=1))
+    for p, g in zip(prompts, gens):
+        s = Sample(tuple(p) + g.completion_ids, (0,) * len(p) + (1,) * len(g.completion_ids))
+        assert _close(g.logprobs, learner.token_logprobs([s])[0][len(p):].tolist())
+        assert not _close(g.logprobs, raw.token_logprobs([s])[0][len(p):].tolist())
+
+
 def test_greedy_equals_the_hf_engine(setup):
     vllm, hf, prompts = setup["vllm"], setup["hf"], setup["prompts"]
     v = vllm.generate(prompts, [GREEDY] * len(prompts))

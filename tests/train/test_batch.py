@@ -50,7 +50,13 @@ def test_context_only_rl_keeps_only_listed_actions():
     group = [t, traj(1, False, actions=("execute_query", "manage_evidence"))]
     samples, info = build_samples([group], RewardConfig(), trainable_actions=("manage_evidence",))
     assert info.policy_tokens == 6 and info.misaligned == 0
-    # a turn/run mismatch keeps the full mask and is counted
+
+def test_a_context_only_trajectory_that_cannot_be_aligned_is_dropped_from_the_loss():
+    """Two completions but one turn row: which tokens are the listed action's is unknown, so the trajectory must
+    not be trained on whole (every token, execute_query's included); it is dropped and counted."""
     bad = traj(2, True, actions=("execute_query",))
-    _, info = build_samples([[bad, traj(3, False)]], RewardConfig(), trainable_actions=("answer",))
+    good = traj(3, False)
+    samples, info = build_samples([[bad, good]], RewardConfig(), trainable_actions=("answer",))
     assert info.misaligned == 1
+    assert len(samples) == 1 and samples[0].loss_mask == (0, 0, 0, 0, 0, 0, 0, 1, 1, 1)  # good's answer turn only
+    assert info.policy_tokens == 3 and len(info.rewards) == 2  # the dropped one still counts in its group's baseline

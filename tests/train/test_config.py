@@ -63,3 +63,20 @@ def test_extends_merges_and_overrides(tmp_path):
     with pytest.raises(ConfigError, match="cycle"):
         load_train_config(tmp_path / "loop.yaml")
     assert cfg.run_dir(2).name == "c-seed2"
+
+
+def test_cluster_settings_reach_the_learner_chat_template_and_sync(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nmodel: {base: m, chat_template_kwargs: {enable_thinking: false}, "
+                    "logprob_chunk_tokens: 512}\ngrpo: {temperature: 0.7}\nlora: {target_modules: [q_proj]}\n"
+                    "sync: {delta_tolerance: 0.3}\n")
+    cfg = load_train_config(path)
+    assert cfg.model.chat_template_kwargs == {"enable_thinking": False} and cfg.sync.delta_tolerance == 0.3
+    grpo = cfg.learner_config("m", "grpo", seed=0, total_steps=1)
+    assert (grpo.temperature, grpo.logprob_chunk_tokens, grpo.lora.target_modules) == (0.7, 512, ("q_proj",))
+    assert cfg.learner_config("m", "sft", seed=0, total_steps=1).temperature == 1.0  # SFT imitates at T = 1
+    path.write_text("name: x\nmodel: {base: m}\n")
+    assert load_train_config(path).lora.target_modules is None  # discovered from the model
+    path.write_text("name: x\nmodel: {base: m}\nsync: {delta_tolerance: 1.5}\n")
+    with pytest.raises(ConfigError, match="delta_tolerance"):
+        load_train_config(path)

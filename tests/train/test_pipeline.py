@@ -42,3 +42,50 @@ def test_a_recipe_names_its_calibration_file(tmp_path):
     assert TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), calibration=str(cal)).calibration == str(cal)
     with pytest.raises(ConfigError, match="calibration: .* is not a file"):
         TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), calibration=str(tmp_path / "missing.json"))
+
+
+def test_keep_history_until_drops_the_updates_a_resume_redoes(tmp_path):
+    import json
+
+    from bapsql.train.pipeline import keep_history_until
+
+    path = tmp_path / "history.jsonl"
+    path.write_text("".join(json.dumps({"update": float(u), "loss": u / 10}) + "\n" for u in range(1, 8)))
+    assert keep_history_until(path, 5) == 5
+    assert [json.loads(x)["update"] for x in path.read_text().splitlines()] == [1, 2, 3, 4, 5]
+    assert keep_history_until(path, 0) == 0 and not path.exists()
+    assert keep_history_until(path, 3) == 0
+
+
+@pytest.mark.slow
+def test_a_resumed_grpo_stage_logs_each_update_once(tiny_model_dir, tmp_path):
+    """Crash after update 3 but before its checkpoint (the newest is update 2): the resumed stage redoes update 3,
+    and history.jsonl holds updates 1, 2, 3 once each."""
+    import json
+    import shutil
+
+    from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, MonitorSection,
+                                     SyncSection)
+    from bapsql.train.filter import FilterConfig
+    from bapsql.train.pipeline import run_grpo_stage
+    from tests.policies.minibench import build_minibench
+
+    bench = build_minibench(tmp_path / "bench")
+    cfg = TrainConfig(
+        name="resume", model=ModelSection(base=str(tiny_model_dir), dtype="float32", device="cpu", threads=1),
+        out_dir=str(tmp_path / "runs"), data=DataSection(benchmark=str(bench), split="train", limit=4),
+        grpo=GRPOSection(lr=1e-2, updates=3, max_new_tokens=4, top_p=1.0, sft_init="none"),
+        filter=FilterConfig(group_size=2, min_success=0, max_success=2, groups_per_update=1, max_rounds=1,
+                            enabled=False),
+        budgets=BudgetSection(levels=("XS",)),
+        rollout=RolloutSection(engine={"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
+                               use_ray=False, env_workers=1, write_trajectories=False),
+        sync=SyncSection(tolerance=1e-3), checkpoint=CheckpointSection(every=2, keep=5),
+        monitor=MonitorSection(kind="memory"))
+    first = run_grpo_stage(cfg, 0)
+    assert [h["update"] for h in first.history] == [1, 2, 3]
+    shutil.rmtree(first.run_dir / "checkpoints" / "update-000003")  # the crash lost update 3's checkpoint
+    again = run_grpo_stage(cfg, 0, resume=True)
+    assert again.resumed_from == 2
+    lines = [json.loads(x) for x in (again.run_dir / "history.jsonl").read_text().splitlines()]
+    assert [h["update"] for h in lines] == [1, 2, 3] and [h["update"] for h in again.history] == [1, 2, 3]

@@ -7,8 +7,11 @@ Contract (token-in / token-out; engines never re-tokenize text):
   ``completion_ids`` are the sampled tokens exactly as sampled, including the end-of-turn token (eos) or the token
   that completed a stop string; ``text`` is their decoding with special tokens skipped, without the eos token's
   text, cut before the stop string;
-  ``logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the model's own (raw, temperature-1,
-  un-truncated) distribution — what a learner recomputes — or ``None`` when not requested;
+  ``logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the distribution it was sampled from
+  (vLLM's "processed" logprobs: ``log_softmax(logits / temperature)`` renormalised over the top-p nucleus; the raw
+  ``log_softmax(logits)`` for greedy requests) — what a learner at the sampling temperature recomputes, up to the
+  nucleus renormalisation that the GRPO importance weight corrects — or ``None`` when not requested (an
+  OpenAI-compatible server reports whatever its ``--logprobs-mode`` says);
   ``finish_reason`` is ``"stop"`` (eos or stop string) or ``"length"`` (``max_tokens`` reached).
   ``temperature == 0`` is greedy decoding. A request's ``seed`` makes its sample reproducible whatever else is in
   the batch.
@@ -25,7 +28,7 @@ Contract (token-in / token-out; engines never re-tokenize text):
 - `Engine.load_adapter(path, name, version)` loads a peft LoRA adapter folder under ``name``, replacing (in place)
   any earlier version of the same name, and returns the `AdapterRef` to pass to ``generate``/``logprobs_of``.
 - `Engine.logprobs_of(prompt_ids, completion_ids, *, adapter=None)` scores a given completion (teacher forcing):
-  one raw log-probability per completion token. Used to check weight sync against the learner.
+  one raw (temperature-1) log-probability per completion token. Used to check weight sync against the learner.
 - `Engine.close()` releases the engine (idempotent).
 
 `EngineConfig` is the strict, frozen config `bapsql.rollout.engines.factory.make_engine` builds engines from.

@@ -4,8 +4,10 @@ Contract (see `bapsql.rollout.engines.base`): prompts are left-padded into one b
 only real tokens), decoded step by step with the model's KV cache; each row samples with its own
 `torch.Generator` seeded from its request's ``seed`` (or from the engine's seeded generator), so a seeded request
 gives the same completion whatever batch it is in. Greedy (``temperature == 0``) takes the argmax, which is what
-vLLM does, so both engines produce the same greedy completions up to floating-point near-ties. Logprobs are the
-raw ``log_softmax`` of the model's logits at each sampled token (no temperature, no top-p).
+vLLM does, so both engines produce the same greedy completions up to floating-point near-ties. Logprobs are those
+of the distribution each token was sampled from (vLLM's ``processed_logprobs``): ``log_softmax(logits / T)``
+renormalised over the top-p nucleus; greedy requests report the raw ``log_softmax(logits)``. ``logprobs_of``
+(teacher forcing) reports raw logprobs.
 
 Adapters are peft LoRA folders. ``load_adapter`` loads a new version under a fresh internal name and then deletes
 the old one, so a failed load leaves the previous version serving. Requires torch, transformers and peft (the
@@ -150,18 +152,23 @@ class HFEngine(RoundBatching):
         self._peft.set_adapter(self._internal[adapter.name])
         return contextlib.nullcontext()
 
-    def _pick(self, logits, sp: SamplingParams, gen) -> int:
-        """One token from ``logits`` [V] under ``sp`` (greedy, temperature, nucleus)."""
+    def _pick(self, logits, sp: SamplingParams, gen) -> tuple[int, float]:
+        """One token from ``logits`` [V] under ``sp`` (greedy, temperature, nucleus) and its logprob under the
+        distribution it was sampled from (see the module docstring)."""
         torch = self._torch
         if sp.greedy:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits / sp.temperature, dim=-1)
+            tok = int(torch.argmax(logits))
+            return tok, float(torch.log_softmax(logits, dim=-1)[tok])
+        logp = torch.log_softmax(logits / sp.temperature, dim=-1)
+        probs = logp.exp()
         if sp.top_p < 1.0:
             sorted_p, order = torch.sort(probs, descending=True)
             keep = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < sp.top_p
             sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
-            return int(order[torch.multinomial(sorted_p, 1, generator=gen)])
-        return int(torch.multinomial(probs, 1, generator=gen))
+            tok = int(order[torch.multinomial(sorted_p, 1, generator=gen)])
+            return tok, float(logp[tok] - torch.log(sorted_p.sum()))
+        tok = int(torch.multinomial(probs, 1, generator=gen))
+        return tok, float(logp[tok])
 
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
         torch = self._torch
@@ -187,15 +194,14 @@ class HFEngine(RoundBatching):
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
             for _ in range(max(sp.max_tokens for sp in params)):
                 logits = out.logits[:, -1, :].float()
-                logp = torch.log_softmax(logits, dim=-1)
                 nxt = []
                 for i, sp in enumerate(params):
                     if reasons[i] is not None:
                         nxt.append(self._codec.pad_id)
                         continue
-                    tok = self._pick(logits[i], sp, gens[i])
+                    tok, lp = self._pick(logits[i], sp, gens[i])
                     toks[i].append(tok)
-                    lps[i].append(float(logp[i, tok]))
+                    lps[i].append(lp)
                     nxt.append(tok)
                     if tok in self._codec.eos_ids:
                         reasons[i], texts[i] = "stop", self._codec.decode(toks[i][:-1])  # as vLLM: no eos text

