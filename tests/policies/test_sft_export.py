@@ -93,7 +93,6 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.registry import make_policy
     from bapsql.rollout.agent import AgentConfig, ModelAgent
     from bapsql.rollout.engines.base import Generation
     from bapsql.tokens import HFTokenCounter
@@ -120,7 +119,7 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
     with DatabaseHandles(HFTokenCounter(tok)) as handles:
         for episode in full[:6]:
             first = episode[0]
-            opts = make_policy(first["workflow"]).interface.env_options(EnvOptions())
+            opts = EnvOptions()  # the export ran every workflow under the full condition
             env = BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=opts)
             agent = ModelAgent(env, template, AgentConfig(str(tok), max_tokens=4096, template_kwargs=kwargs),
                                episode_key="e", seed=first["seed"])
