@@ -116,6 +116,7 @@ class ExperimentConfig:
     ray: RayConfig = RayConfig()
     token_counter: str = "default"
     out_dir: str = "runs/{run}"
+    prompt_style: Literal["full", "terse"] = "full"  # the env's system prompt (`EnvOptions.prompt_style`)
 
     @property
     def model_methods(self) -> tuple[str, ...]:

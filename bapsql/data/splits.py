@@ -60,3 +60,36 @@ def split_databases(db_ids: Iterable[str], *, seed: int = 0,
 def split_of(splits: Mapping[str, Iterable[str]]) -> dict[str, str]:
     """Invert a split mapping: database id → split name."""
     return {d: name for name, dbs in splits.items() for d in dbs}
+
+
+# ------------------------------------------------------------------------------------------ in-domain task holdout
+# A database-level split cannot say whether a model learned its training databases: the in-domain test split holds
+# out a fixed share of each training database's *tasks*. ``"<split>:fit"`` names the tasks training may use and
+# ``"<split>:test"`` the held-out rest (`bapsql.rollout.runner.load_tasks` understands both).
+TASK_PARTS: tuple[str, ...] = ("fit", "test")
+TEST_FRACTION = 0.25
+
+
+def in_test_part(task_id: str, *, fraction: float = TEST_FRACTION) -> bool:
+    """Whether a task belongs to the held-out ``test`` part: the first 8 bytes of SHA-256(task id), read as a
+    number in [0, 1), fall below ``fraction``. Stable when tasks are added or removed."""
+    h = int.from_bytes(hashlib.sha256(f"holdout:{task_id}".encode()).digest()[:8], "big")
+    return h / 2 ** 64 < fraction
+
+
+def parse_task_split(split: str) -> tuple[str, str | None]:
+    """``"train:test"`` → ``("train", "test")``; a plain split name → ``(name, None)``."""
+    if ":" not in split:
+        return split, None
+    base, part = split.split(":", 1)
+    if part not in TASK_PARTS:
+        raise ConfigError(f"split {split!r}: the part after ':' must be one of {list(TASK_PARTS)}")
+    return base, part
+
+
+def select_part(task_ids: Iterable[str], part: str | None) -> set[str]:
+    """The ids of ``task_ids`` that belong to ``part`` (all of them when ``part`` is None)."""
+    ids = list(task_ids)
+    if part is None:
+        return set(ids)
+    return {t for t in ids if in_test_part(t) == (part == "test")}

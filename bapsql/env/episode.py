@@ -96,7 +96,8 @@ class BudgetedSQLEnv:
         self._gold_cache: tuple[Answer | None] | None = None
         self._framing: dict[tuple[int, int], int] = {}
         self._t0 = time.perf_counter()
-        system = render.system_prompt(self.options.allowed_actions, show_budget=self.options.show_dashboard)
+        system = render.system_prompt(self.options.allowed_actions, show_budget=self.options.show_dashboard,
+                                    style=self.options.prompt_style)
         if self._system is None or self._system[0] != system:
             self._system = (system, self._tx.cost("system", system))
         system_tokens = self._tx.append("system", system, tokens=self._system[1])

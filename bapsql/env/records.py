@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.ledger import LedgerSnapshot
 
 
+PROMPT_STYLES: tuple[str, ...] = ("full", "terse")
+
+
 @dataclass(frozen=True)
 class EnvOptions:
     """Knobs of the environment (strict: build from YAML with `bapsql.config.from_mapping`).
@@ -30,6 +33,9 @@ class EnvOptions:
     for computing a task's gold answer from its gold SQL when the task carries none (never charged).
     ``estimate_view``: ``true`` shows the estimator's p50/p95; ``shuffled`` (the cost-matched placebo) shows another
     query's p50/p95 drawn from a seeded pool, while the shield's preflight and every charge keep the true estimate.
+    ``prompt_style``: ``full`` (the instructions and a description of every offered tool) or ``terse`` (one line of
+    instructions, one signature line per offered tool; `bapsql.env.render.system_prompt`). SFT export, rollouts and
+    evaluation of one policy must use the same style.
     """
 
     completion_reserve: int = 64
@@ -39,8 +45,11 @@ class EnvOptions:
     allowed_actions: tuple[str, ...] = TOOL_NAMES
     gold_vm_step_cap: int = 200_000_000
     estimate_view: str = "true"
+    prompt_style: str = "full"
 
     def __post_init__(self) -> None:
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"env.prompt_style: must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
         if self.estimate_view not in ("true", "shuffled"):
             raise ConfigError(f"env.estimate_view: must be 'true' or 'shuffled', got {self.estimate_view!r}")
         for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap"):

@@ -81,6 +81,31 @@ def pair_key(prompt: str, completion: str) -> str:
     return h.hexdigest()
 
 
+def _episode_stream(template: Any, turns: list[tuple[list[dict], str]], tools: Any) -> tuple[tuple, list[str]]:
+    """One episode as a single sequence: ``((prompt, completion, input_ids, loss_mask), completions)`` where
+    ``prompt`` is the first turn's prompt, ``completion`` the rest of the transcript, and ``loss_mask`` is 1 on the
+    tokens of every completion. Each turn's prompt extends the previous prompt + completion, so the stream is built
+    segment by segment (special tokens end every segment, so segment-wise encoding equals whole encoding)."""
+    ids: list[int] = []
+    mask: list[int] = []
+    text = ""
+    completions = []
+    first = ""
+    for i, (msgs, completion) in enumerate(turns):
+        prompt = template.render(msgs, tools=tools, add_generation_prompt=True)
+        if not prompt.startswith(text):
+            raise DataError("per-episode export: a turn's prompt does not extend the previous turn's transcript")
+        if i == 0:
+            first = prompt
+        seg = template.encode(prompt[len(text):])
+        comp = template.encode(completion + END_OF_TURN)
+        ids += seg + comp
+        mask += [0] * len(seg) + [1] * len(comp)
+        text = prompt + completion + END_OF_TURN
+        completions.append(completion)
+    return (first, text[len(first):], ids, mask), completions
+
+
 def _write_parquet(rows: list[dict], out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -102,8 +127,14 @@ def _write_parquet(rows: list[dict], out: Path) -> None:
 def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *, seed: int = 0,
                workflows: tuple[str, ...] = WORKFLOW_NAMES, budgets: tuple[str, ...] = LEVELS,
                interventions: tuple[str, ...] = (), tool_schemas: bool = False, max_length: int = 8192,
-               tokenizer_dir: str | Path | None = None, console: Any = None) -> SFTExport:
-    """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring)."""
+               tokenizer_dir: str | Path | None = None, console: Any = None, env_options: Any = None,
+               per_episode: bool = False, tasks: list | None = None, only_successes: bool = False) -> SFTExport:
+    """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring).
+
+    ``env_options``: the base `EnvOptions` (e.g. ``prompt_style``; interventions apply on top). ``per_episode``: one
+    row per kept episode instead of per turn: the whole token stream of the episode, every completion in the loss
+    (``turn`` = its number of turns; ``n`` then counts episodes). ``tasks``: play these instead of the split's.
+    ``only_successes``: keep budgeted successes only (no justified abstentions)."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
@@ -117,7 +148,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     t_start = time.perf_counter()
     announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     root = resolve_benchmark(benchmark_dir, announce=announce)
-    tasks = load_tasks(root, split)
+    tasks = load_tasks(root, split) if tasks is None else list(tasks)
+    base_options = env_options if env_options is not None else EnvOptions()
     if not tasks:
         raise DataError(f"split {split!r} of {root} has no tasks")
     tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else DEFAULT_TOKENIZER_DIR
@@ -145,7 +177,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
         with DatabaseHandles(counter) as handles:
             envs = {}
             for p in policies:
-                opts = p.interface.env_options(EnvOptions())
+                opts = p.interface.env_options(base_options)
                 if opts not in envs:
                     envs[opts] = BudgetedSQLEnv(token_counter=counter, handles=handles, options=opts)
             while len(rows) < n:
@@ -155,33 +187,44 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         break
                     task, policy = tasks[int(ti)], policies[played % len(policies)]
                     budget = levels[int(rng.integers(len(levels)))]
-                    env = envs[policy.interface.env_options(EnvOptions())]
+                    env = envs[policy.interface.env_options(base_options)]
                     tools = [s for s in TOOL_SCHEMAS if s["function"]["name"] in policy.interface.allowed_actions]
                     turns: list[tuple[list[dict], str]] = []
                     summary = play_episode(env, policy, task, budget, played,
                                            on_turn=lambda msgs, text, _info: turns.append((msgs, text)))
                     played += 1
-                    if not worth_imitating(summary, task.tags, budget.level):
+                    if not worth_imitating(summary, task.tags, budget.level) or (
+                            only_successes and summary.failure != ""):
                         continue
                     kept += 1
+                    if per_episode:
+                        turns = [_episode_stream(template, turns, tools if tool_schemas else None)]
                     for turn, (msgs, text) in enumerate(turns, start=1):
-                        prompt = template.render(msgs, tools=tools if tool_schemas else None,
-                                                 add_generation_prompt=True)
-                        completion = text + END_OF_TURN
+                        if per_episode:
+                            prompt, completion, input_ids, loss_mask = msgs
+                            turn = len(turns[0][1])
+                        else:
+                            prompt = template.render(msgs, tools=tools if tool_schemas else None,
+                                                     add_generation_prompt=True)
+                            completion = text + END_OF_TURN
                         key = pair_key(prompt, completion)
                         if key in seen:
                             dups += 1
                             continue
-                        prompt_ids, completion_ids = template.encode(prompt), template.encode(completion)
-                        if len(prompt_ids) + len(completion_ids) > max_length:
+                        if per_episode:
+                            prompt_ids, completion_ids = input_ids[:loss_mask.index(1)], input_ids[loss_mask.index(1):]
+                        else:
+                            prompt_ids, completion_ids = template.encode(prompt), template.encode(completion)
+                            input_ids = prompt_ids + completion_ids
+                            loss_mask = [0] * len(prompt_ids) + [1] * len(completion_ids)
+                        if len(input_ids) > max_length:
                             too_long += 1
                             continue
                         seen.add(key)
                         added_this_pass += 1
                         rows.append({
                             "prompt": prompt, "completion": completion, "prompt_ids": prompt_ids,
-                            "completion_ids": completion_ids, "input_ids": prompt_ids + completion_ids,
-                            "loss_mask": [0] * len(prompt_ids) + [1] * len(completion_ids),
+                            "completion_ids": completion_ids, "input_ids": input_ids, "loss_mask": loss_mask,
                             "workflow": policy.name, "budget": budget.level, "task_id": task.task_id,
                             "db_id": task.db_id, "turn": turn, "seed": played - 1,
                         })

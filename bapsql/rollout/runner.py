@@ -54,10 +54,16 @@ def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
 
 
 def load_tasks(benchmark_dir: str | Path, split: str, *, limit: int | None = None) -> list[Task]:
-    """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order."""
+    """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order.
+    ``split`` may name a task part of a database split, ``"train:fit"`` / ``"train:test"``
+    (`bapsql.data.splits.select_part`: the in-domain held-out tasks and the rest)."""
     from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.splits import parse_task_split, select_part
 
-    tasks = sorted(load_benchmark(benchmark_dir, split=split).tasks, key=lambda t: (t.db_id, t.task_id))
+    base, part = parse_task_split(split)
+    tasks = sorted(load_benchmark(benchmark_dir, split=base).tasks, key=lambda t: (t.db_id, t.task_id))
+    keep = select_part([t.task_id for t in tasks], part)
+    tasks = [t for t in tasks if t.task_id in keep]
     return tasks[:limit] if limit is not None else tasks
 
 
