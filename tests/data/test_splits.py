@@ -53,3 +53,37 @@ def test_bad_arguments_are_config_errors():
         split_databases(["a"], fractions=(1.0, -0.1, 0.1))
     with pytest.raises(ConfigError, match="unknown split"):
         split_databases(["a"], fixed={"a": "test"})
+
+
+def test_task_parts_are_stable_disjoint_and_about_a_quarter(demo_small):
+    from bapsql.data.splits import TEST_FRACTION, in_test_part, parse_task_split, select_part
+    from bapsql.rollout.runner import load_tasks
+
+    train = load_tasks(demo_small, "train")
+    fit, test = load_tasks(demo_small, "train:fit"), load_tasks(demo_small, "train:test")
+    ids = {t.task_id for t in train}
+    assert {t.task_id for t in fit} | {t.task_id for t in test} == ids
+    assert not {t.task_id for t in fit} & {t.task_id for t in test}
+    assert abs(len(test) / len(train) - TEST_FRACTION) < 0.1
+    assert {t.db_id for t in test} == {t.db_id for t in train}  # every training database has held-out tasks
+    assert all(in_test_part(t.task_id) for t in test) and select_part(ids, None) == ids
+    assert parse_task_split("train:test") == ("train", "test") and parse_task_split("dev") == ("dev", None)
+    with pytest.raises(ConfigError, match="part after"):
+        parse_task_split("train:holdout")
+
+
+def test_augmented_tasks_stay_on_the_split_databases_and_never_repeat_excluded_questions(demo_small):
+    from bapsql.data.augment import augment_tasks, normalise
+    from bapsql.rollout.runner import load_tasks
+
+    test = load_tasks(demo_small, "train:test")
+    aug = augment_tasks(demo_small, "train:fit", 1, exclude=test)
+    assert aug and {t.db_id for t in aug} <= {t.db_id for t in load_tasks(demo_small, "train")}
+    banned = {normalise(t.question) for t in test}
+    assert not any(normalise(t.question) in banned for t in aug)
+    assert len({t.task_id for t in aug}) == len(aug) == len({normalise(t.question) for t in aug})
+    assert all(t.gold is None and "augmented" in t.tags for t in aug)
+    assert [t.question for t in augment_tasks(demo_small, "train", 1, exclude=test)] == [t.question for t in aug]
+    # excluding a question removes exactly that draft
+    fewer = augment_tasks(demo_small, "train", 1, exclude=[*test, aug[0]])
+    assert normalise(aug[0].question) not in {normalise(t.question) for t in fewer}
