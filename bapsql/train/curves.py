@@ -100,6 +100,13 @@ def pretrain_curve_png(curve: Sequence[dict], *, title: str = "pretraining") -> 
     if held:
         ax.plot(*zip(*held), marker="o", label="held-out completion NLL")
     ax.set_yscale("log")
+    exact = [(p["step"], p["heldout_exact"]) for p in curve if p.get("heldout_exact") is not None]
+    if exact:
+        twin = ax.twinx()
+        twin.plot(*zip(*exact), color="tab:green", marker="s", label="held-out exact completions")
+        twin.set_ylim(-0.02, 1.02)
+        twin.set_ylabel("share of episodes (teacher-forced)")
+        twin.legend(loc="upper center", fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("NLL per completion token")
     ax.set_title(title)

@@ -15,8 +15,9 @@ Contract of `run_pretrain(cfg, seed, run_dir)`:
   the config's prompt style, workflows and budgets, over `augment_tasks` excluding ``data.eval_split``'s tasks);
 - trains ``steps`` AdamW steps of ``batch`` episodes (warm-up, cosine to 10 %), logits only at completion positions
   (the output matrix is a third of the FLOPs; most positions are prompt), one thread;
-- saves the weights in place and ``run_dir/pretrain/result.json`` with the loss curve (completion NLL every
-  ``log_every`` steps on the batch and on ``heldout`` episodes of the fit split that the corpus does not contain).
+- saves the weights in place and ``run_dir/pretrain/result.json`` with the loss curve (every ``log_every`` steps: the
+  batch's completion loss, and on 32 episodes of real fit-split tasks — questions the corpus does not contain — the
+  completion NLL and the teacher-forced exact-completion share, `heldout_metrics`).
 """
 
 from __future__ import annotations
@@ -69,19 +70,34 @@ def completion_loss(model: Any, x: Any, y: Any, *, reduction: str = "mean") -> A
     return torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), target[sel], reduction=reduction)
 
 
-def heldout_nll(model: Any, rows: list[dict], pad: int, batch: int = 16) -> float:
-    """Mean completion NLL per token over ``rows``."""
+def heldout_metrics(model: Any, rows: list[dict], pad: int, batch: int = 16) -> dict[str, float]:
+    """Over ``rows``: ``nll`` = mean completion NLL per token; ``token_acc`` = share of completion tokens that are
+    the argmax; ``exact`` = share of sequences whose every completion token is the argmax (teacher-forced: an upper
+    bound on greedy success, one forward pass instead of an episode)."""
     import torch
 
-    total = n = 0.0
+    total = n = correct = exact = 0.0
     model.eval()
     with torch.no_grad():
         for i in range(0, len(rows), batch):
             x, y = _batch(rows[i:i + batch], pad)
-            total += float(completion_loss(model, x, y, reduction="sum"))
-            n += int((y[:, 1:] != -100).sum())
+            hidden = model.model(input_ids=x).last_hidden_state[:, :-1]
+            target = y[:, 1:]
+            sel = target != -100
+            logits = model.lm_head(hidden[sel])
+            total += float(torch.nn.functional.cross_entropy(logits, target[sel], reduction="sum"))
+            n += int(sel.sum())
+            hit = torch.zeros_like(target, dtype=torch.bool)
+            hit[sel] = logits.argmax(-1) == target[sel]
+            correct += float(hit[sel].sum())
+            exact += float(((hit | ~sel).all(dim=1)).sum())
     model.train()
-    return total / max(n, 1)
+    return {"nll": total / max(n, 1), "token_acc": correct / max(n, 1), "exact": exact / max(len(rows), 1)}
+
+
+def heldout_nll(model: Any, rows: list[dict], pad: int, batch: int = 16) -> float:
+    """Mean completion NLL per token over ``rows``."""
+    return heldout_metrics(model, rows, pad, batch)["nll"]
 
 
 def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr: float, seed: int, pad: int,
@@ -114,8 +130,10 @@ def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr:
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step % log_every == 0 or step == steps - 1:
+            held = heldout_metrics(model, list(heldout), pad) if heldout else {}
             point = {"step": step, "loss": round(float(loss.detach()), 4),
-                     "heldout_nll": round(heldout_nll(model, list(heldout), pad), 4) if heldout else None,
+                     "heldout_nll": round(held["nll"], 4) if held else None,
+                     "heldout_exact": round(held["exact"], 4) if held else None,
                      "seconds": round(time.perf_counter() - t0, 1)}
             curve.append(point)
             if on_log is not None:
@@ -172,7 +190,7 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         log = (lambda pt: console.print(f"[cyan]pretrain step {pt['step']}: loss {pt['loss']}, held-out completion "
-                                        f"NLL {pt['heldout_nll']} ({pt['seconds']} s)[/cyan]")) if console else None
+                                        f"NLL {pt['heldout_nll']}, exact {pt['heldout_exact']} ({pt['seconds']} s)[/cyan]")) if console else None
         curve, tokens, seconds = train_sequences(model, rows, steps=p.steps, batch=p.batch, lr=p.lr, seed=seed,
                                                  pad=pad, heldout=heldout, log_every=p.log_every, on_log=log)
     finally:

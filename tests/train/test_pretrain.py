@@ -52,3 +52,17 @@ def test_training_lowers_held_out_completion_nll():
                                        heldout=_copy_rows(32, seed=1), log_every=59, warmup=5)
     assert tokens == 60 * 16 * 9
     assert curve[-1]["heldout_nll"] < curve[0]["heldout_nll"] - 0.3
+
+
+def test_heldout_metrics_agree_with_the_loss_and_count_exact_completions():
+    from bapsql.train.pretrain import heldout_metrics, heldout_nll
+
+    model = _model()
+    rows = _copy_rows(8)
+    m = heldout_metrics(model, rows, pad=0)
+    x, y = _batch(rows, pad=0)
+    assert m["nll"] == pytest.approx(float(completion_loss(model, x, y)), rel=1e-4) == heldout_nll(model, rows, 0)
+    logits = model(input_ids=x).logits
+    want_exact = sum(all(int(logits[b, t - 1].argmax()) == r["input_ids"][t]
+                         for t in range(1, len(r["input_ids"])) if r["loss_mask"][t]) for b, r in enumerate(rows))
+    assert m["exact"] == want_exact / len(rows) and 0 <= m["token_acc"] <= 1
