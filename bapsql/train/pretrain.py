@@ -174,7 +174,9 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
         aug = augment_tasks(root, cfg.data.split, p.augment_rounds, seed=seed + 1, exclude=banned)
         if console is not None:
             console.print(f"[cyan]pretrain corpus: {len(aug)} augmented tasks on the {cfg.data.split} databases[/cyan]")
-        export_sft(root, cfg.data.split, p.corpus_episodes, corpus, seed=seed, workflows=p.workflows,
+        # one pass over the augmented tasks draws one budget per task; asking for more episodes than tasks would
+        # replay passes mostly for the other budget's near-duplicate (only the dashboard line differs)
+        export_sft(root, cfg.data.split, min(p.corpus_episodes, int(0.8 * len(aug))), corpus, seed=seed, workflows=p.workflows,
                    budgets=p.budgets, env_options=options, per_episode=True, tasks=aug, only_successes=True,
                    tokenizer_dir=model_dir)
     rows = _read_rows(corpus)
