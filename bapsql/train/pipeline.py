@@ -232,7 +232,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     rollouts = TrainingRollouts(
         backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=r.method, agent=agent,
         engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
-        env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=env_options_for(cfg.grpo.interventions, cfg.prompt_style),
+        env_workers=n_workers, engine_replicas=r.engine_replicas,
+        env_options=env_options_for(cfg.grpo.interventions, cfg.prompt_style),
         writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
         engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus)

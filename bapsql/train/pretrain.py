@@ -169,21 +169,25 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
     make_tiny_model(model_dir, seed=seed, spec=spec, pretrain_steps=0)
     corpus = out / "corpus.parquet"
     options = EnvOptions(prompt_style=cfg.prompt_style)
+    heldout_path = out / "heldout.parquet"
+    if not heldout_path.is_file():  # episodes of real fit tasks, to watch; the corpus never sees these questions
+        export_sft(root, cfg.data.split, 64, heldout_path, seed=seed + 7, workflows=p.workflows, budgets=p.budgets,
+                   env_options=options, per_episode=True, only_successes=True, tokenizer_dir=model_dir)
     if not corpus.is_file():
-        banned = load_tasks(root, cfg.data.eval_split)  # held-out questions never reach the corpus
-        aug = augment_tasks(root, cfg.data.split, p.augment_rounds, seed=seed + 1, exclude=banned)
+        import pyarrow.parquet as pq
+
+        watched = set(pq.read_table(heldout_path, columns=["task_id"]).column("task_id").to_pylist())
+        fit = [t for t in load_tasks(root, cfg.data.split) if t.task_id in watched]
+        banned = load_tasks(root, cfg.data.eval_split)  # held-out test questions never reach the corpus
+        aug = augment_tasks(root, cfg.data.split, p.augment_rounds, seed=seed + 1, exclude=[*banned, *fit])
         if console is not None:
             console.print(f"[cyan]pretrain corpus: {len(aug)} augmented tasks on the {cfg.data.split} databases[/cyan]")
         # one pass over the augmented tasks draws one budget per task; asking for more episodes than tasks would
         # replay passes mostly for the other budget's near-duplicate (only the dashboard line differs)
-        export_sft(root, cfg.data.split, min(p.corpus_episodes, int(0.8 * len(aug))), corpus, seed=seed, workflows=p.workflows,
-                   budgets=p.budgets, env_options=options, per_episode=True, tasks=aug, only_successes=True,
-                   tokenizer_dir=model_dir)
+        export_sft(root, cfg.data.split, min(p.corpus_episodes, int(0.8 * len(aug))), corpus, seed=seed,
+                   workflows=p.workflows, budgets=p.budgets, env_options=options, per_episode=True, tasks=aug,
+                   only_successes=True, tokenizer_dir=model_dir)
     rows = _read_rows(corpus)
-    heldout_path = out / "heldout.parquet"
-    if not heldout_path.is_file():  # episodes of the real fit tasks: the corpus never saw these questions
-        export_sft(root, cfg.data.split, 64, heldout_path, seed=seed + 7, workflows=p.workflows, budgets=p.budgets,
-                   env_options=options, per_episode=True, only_successes=True, tokenizer_dir=model_dir)
     heldout = _read_rows(heldout_path)[:32]
     pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
     threads = torch.get_num_threads()
@@ -191,8 +195,11 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
     try:
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        log = (lambda pt: console.print(f"[cyan]pretrain step {pt['step']}: loss {pt['loss']}, held-out completion "
-                                        f"NLL {pt['heldout_nll']}, exact {pt['heldout_exact']} ({pt['seconds']} s)[/cyan]")) if console else None
+        def log(pt: dict) -> None:
+            if console is not None:
+                console.print(f"[cyan]pretrain step {pt['step']}: loss {pt['loss']}, held-out completion NLL "
+                              f"{pt['heldout_nll']}, exact {pt['heldout_exact']} ({pt['seconds']} s)[/cyan]")
+
         curve, tokens, seconds = train_sequences(model, rows, steps=p.steps, batch=p.batch, lr=p.lr, seed=seed,
                                                  pad=pad, heldout=heldout, log_every=p.log_every, on_log=log)
     finally:
