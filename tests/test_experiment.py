@@ -83,3 +83,13 @@ def test_to_dict_is_plain_data(tmp_path):
 
 def test_resolve_model_passes_paths_through():
     assert resolve_model("/models/qwen") == "/models/qwen"
+
+
+def test_prompt_style_reaches_the_sweeps_env_workers(tmp_path):
+    from bapsql.experiment import ExperimentConfig, validate
+    from bapsql.rollout.sweep import actor_specs
+
+    cfg = validate(ExperimentConfig(run="terse", methods=("workflow:direct_aggregation",), prompt_style="terse"))
+    specs, _ = actor_specs(cfg, tmp_path, 2, {}, {})
+    envs = [s for s in specs if s.key[0] == "env"]
+    assert len(envs) == 2 and all(s.kwargs["env_options"].prompt_style == "terse" for s in envs)
