@@ -144,6 +144,7 @@ class ExperimentConfig:
     out_dir: str = "runs/{run}"
     calibration: str | None = None  # estimator calibration JSON (`bapsql data calibrate`); None: the packaged one
     reference: str | None = None  # the analysis's reference method (one of methods); None: no reference sections
+    prompt_style: Literal["full", "terse"] = "full"  # the env's system prompt (`EnvOptions.prompt_style`)
 
     @property
     def model_methods(self) -> tuple[str, ...]:

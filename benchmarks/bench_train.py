@@ -99,7 +99,8 @@ def main() -> None:
     from bapsql.rollout.backend import LocalBackend
     from bapsql.rollout.runner import resolve_benchmark
     from bapsql.train.loop import GRPOTrainer
-    from bapsql.train.pipeline import engine_config, env_options_for
+    from bapsql.env.records import EnvOptions
+    from bapsql.train.pipeline import engine_config
     from bapsql.train.rollouts import TrainingRollouts
 
     cfg = TrainConfig(
@@ -115,7 +116,7 @@ def main() -> None:
     rollouts = TrainingRollouts(LocalBackend(), run_name="bench", method="model.policy",
                                 agent=AgentConfig(model_dir=str(model), max_tokens=64, top_p=0.95),
                                 engine=engine_config(cfg, model, lora=True), tasks=tasks, group_size=8,
-                                env_options=env_options_for(()))
+                                env_options=EnvOptions())
     trainer = GRPOTrainer(cfg, seed=0, learner=learner, rollouts=rollouts, tasks=tasks,
                           probe=make_probe(ChatTemplate.from_dir(model)), run_dir=work / "grpo")
     trainer.start()

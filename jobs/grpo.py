@@ -18,8 +18,9 @@ import click
               help="Training config YAML (configs/train/*.yaml or configs/smoke.yaml).")
 @click.option("--seed", type=int, default=None, help="Train only this seed (default: every seed of the config).")
 @click.option("--resume", is_flag=True, help="Continue from the latest GRPO checkpoint (and keep existing SFT).")
-@click.option("--stages", default="sft,grpo,eval", show_default=True,
-              help="Comma-separated stages to run; sft runs only when its outputs are missing unless named alone.")
+@click.option("--stages", default="pretrain,sft,grpo,eval", show_default=True,
+              help="Comma-separated stages to run; pretrain (when the config enables it) and sft run only when "
+                   "their outputs are missing unless named alone.")
 @click.option("--out-dir", default=None, help="Override the config's out_dir.")
 def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir: str | None) -> None:
     """Run GRPO for a training recipe (SFT first when needed, evaluation after when configured)."""
@@ -31,9 +32,10 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
 
     console = Console(stderr=True)
     wanted = tuple(s.strip() for s in stages.split(",") if s.strip())
-    bad = sorted(set(wanted) - {"sft", "grpo", "eval"})
+    bad = sorted(set(wanted) - {"pretrain", "sft", "grpo", "eval"})
     if bad or not wanted:
-        raise click.UsageError(f"--stages: unknown stage(s) {bad}; use a comma-separated subset of sft,grpo,eval")
+        raise click.UsageError(f"--stages: unknown stage(s) {bad}; use a comma-separated subset of "
+                               "pretrain,sft,grpo,eval")
     try:
         cfg = load_train_config(config_path, {"out_dir": out_dir} if out_dir else None)
         if seed is not None and seed not in cfg.seeds:
@@ -43,6 +45,10 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
             if "sft" in run and (sft_dir(cfg, s) / "merged" / "config.json").is_file() and wanted != ("sft",):
                 run.remove("sft")
                 console.print(f"[cyan]SFT model exists in {sft_dir(cfg, s)}; skipping SFT[/cyan]")
+            done = cfg.run_dir(s) / "pretrain" / "result.json"
+            if "pretrain" in run and done.is_file() and wanted != ("pretrain",):
+                run.remove("pretrain")
+                console.print(f"[cyan]pretrained model exists in {done.parent}; skipping pretraining[/cyan]")
             result = run_recipe(cfg, s, resume=resume, stages=tuple(run), console=console)
             if result.grpo is not None:
                 click.echo(f"seed {s}: GRPO reached update {result.grpo.updates} in {result.grpo.seconds:.0f} s; "

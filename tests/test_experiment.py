@@ -115,3 +115,13 @@ def test_workers_placement_keys_are_checked():
         WorkersConfig(engine_resources={"GPU": 1.0})
     with pytest.raises(ConfigError, match="env_resources.env_node"):
         WorkersConfig(env_resources={"env_node": 0.0})
+
+
+def test_prompt_style_reaches_the_sweeps_env_workers(tmp_path):
+    from bapsql.experiment import ExperimentConfig, validate
+    from bapsql.rollout.sweep import actor_specs
+
+    cfg = validate(ExperimentConfig(run="terse", methods=("workflow:direct_aggregation",), prompt_style="terse"))
+    specs, _ = actor_specs(cfg, tmp_path, 2, {}, {})
+    envs = [s for s in specs if s.key[0] == "env"]
+    assert len(envs) == 2 and all(s.kwargs["env_options"].prompt_style == "terse" for s in envs)

@@ -119,7 +119,7 @@ class BudgetedSQLEnv(ActionHandlers):
         self._framing: dict[tuple[int, int], int] = {}
         self._t0 = time.perf_counter()
         cond = self.options.condition
-        system = render.system_prompt(cond.actions, show_budget=cond.show_dashboard)
+        system = render.system_prompt(cond.actions, show_budget=cond.show_dashboard, style=self.options.prompt_style)
         if self._system is None or self._system[0] != system:
             self._system = (system, self._tx.cost("system", system))
         system_tokens = self._tx.append("system", system, tokens=self._system[1])

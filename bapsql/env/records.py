@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.ledger import LedgerSnapshot
 
 
+PROMPT_STYLES: tuple[str, ...] = ("full", "terse")
+
+
 @dataclass(frozen=True)
 class EnvOptions:
     """Knobs of the environment (strict: build from YAML with `bapsql.config.from_mapping`).
@@ -33,6 +36,9 @@ class EnvOptions:
     ``busy_timeout_s``: how long a database action waits for another program's write lock before the turn becomes
     a 'database busy' rejection; ``request_wall_s``: the wall time one episode (e.g. a served request) may spend,
     which cuts every such wait to what is left of it (None: no limit). See `bapsql.env.live`.
+    ``prompt_style``: ``full`` (the instructions and a description of every offered tool) or ``terse`` (one line of
+    instructions, one signature line per offered tool; `bapsql.env.render.system_prompt`). SFT export, rollouts and
+    evaluation of one policy must use the same style.
     """
 
     condition: Condition = Condition()
@@ -43,8 +49,11 @@ class EnvOptions:
     posthoc_limit: int = 20
     busy_timeout_s: float = 3.0
     request_wall_s: float | None = None
+    prompt_style: str = "full"
 
     def __post_init__(self) -> None:
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"env.prompt_style: must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
         for name in ("completion_reserve", "row_cap", "byte_cap", "gold_vm_step_cap", "posthoc_limit"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -39,8 +39,26 @@ _BUDGET_LINE = (
 )
 
 
-def system_prompt(tools: Sequence[str] = TOOL_NAMES, *, show_budget: bool = True) -> str:
-    """Instructions + the tool list (the system message; its tokens count toward live context)."""
+_TERSE_LINES = {
+    "inspect_schema": "inspect_schema(tables?)",
+    "estimate_query": "estimate_query(sql)",
+    "rewrite_query": "rewrite_query(sql, reason)",
+    "execute_query": "execute_query(sql)",
+    "manage_evidence": "manage_evidence(op, ref)",
+    "answer": "answer(kind, values, citations)",
+    "abstain": "abstain(reason)",
+}
+
+
+def system_prompt(tools: Sequence[str] = TOOL_NAMES, *, show_budget: bool = True, style: str = "full") -> str:
+    """Instructions + the tool list (the system message; its tokens count toward live context).
+
+    ``style="terse"`` (`EnvOptions.prompt_style`) keeps one line of instructions and one signature line per offered
+    tool (about 60 tokens instead of about 350): for small models that must read the question and schema, not the
+    manual."""
+    if style == "terse":
+        return "\n".join(["SQLite questions. One tool call per turn. Tools:",
+                          *(_TERSE_LINES[t] for t in TOOL_NAMES if t in tools)])
     lines = [
         "You answer questions about a SQLite database by calling tools. Call exactly one tool per turn:",
         f'{OPEN_TAG}\n{{"name": "<tool>", "arguments": {{...}}}}\n{CLOSE_TAG}',

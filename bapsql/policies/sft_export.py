@@ -88,6 +88,35 @@ def pair_key(prompt: str, completion: str) -> str:
     return h.hexdigest()
 
 
+def _episode_items(template: Any, turns: list[tuple[list[dict], str, bool]], tools: Any, template_kwargs: dict,
+                   per_episode: bool) -> list[tuple[int, str, str, list[int], list[int]]]:
+    """The rows of one kept episode as ``(turn, prompt, completion, input_ids, loss_mask)``: one per turn, or with
+    ``per_episode`` one per token-stream segment (every completion in the loss). The ids are the token stream the
+    rollouts build (`TokenTrajectory`), so SFT prompts are what the policy will see token for token."""
+    from bapsql.policies.chat import TokenTrajectory
+
+    stream, seen_msgs, items = None, 0, []
+    for turn, (msgs, text, rewritten) in enumerate(turns, start=1):
+        if stream is None:
+            stream = TokenTrajectory(template, msgs, tools=tools, **template_kwargs)
+        else:  # what the agent appends: the messages after the assistant's, or a new segment
+            stream.add_observation(msgs[seen_msgs + 1:], context_rewritten=rewritten,
+                                   conversation=msgs if rewritten else None)
+        seen_msgs = len(msgs)
+        prompt_ids = stream.prompt_ids
+        completion_ids = template.encode(text + END_OF_TURN)
+        stream.add_completion(completion_ids)
+        if not per_episode:
+            items.append((turn, template.decode(prompt_ids), text + END_OF_TURN, prompt_ids + completion_ids,
+                          [0] * len(prompt_ids) + [1] * len(completion_ids)))
+    if per_episode and stream is not None:
+        for seg in stream.segments:
+            ids, mask = list(seg.input_ids), list(seg.loss_mask)
+            cut = mask.index(1) if 1 in mask else len(mask)
+            items.append((len(seg.turns), template.decode(ids[:cut]), template.decode(ids[cut:]), ids, mask))
+    return items
+
+
 def _write_parquet(rows: list[dict], out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -110,14 +139,20 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                workflows: tuple[str, ...] = WORKFLOW_NAMES, budgets: tuple[str, ...] = LEVELS,
                condition: Any = "full", tool_schemas: bool = False, max_length: int = 8192,
                tokenizer_dir: str | Path | None = None, template_kwargs: dict[str, Any] | None = None,
-               console: Any = None) -> SFTExport:
+               console: Any = None, env_options: Any = None, per_episode: bool = False, tasks: list | None = None,
+               only_successes: bool = False) -> SFTExport:
     """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring), every
-    episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite)."""
+    episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite).
+
+    ``env_options``: the base `EnvOptions` (e.g. ``prompt_style``; the condition applies on top). ``per_episode``:
+    one row per kept episode's token stream (per segment when evidence management rewrote the context) instead of per
+    turn, every completion in the loss (``turn`` = its number of turns; ``n`` then counts rows). ``tasks``: play
+    these instead of the split's. ``only_successes``: keep budgeted successes only (no justified abstentions)."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.chat import ChatTemplate, TokenTrajectory
+    from bapsql.policies.chat import ChatTemplate
     from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter
 
@@ -126,7 +161,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     t_start = time.perf_counter()
     announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     root = resolve_benchmark(benchmark_dir, announce=announce)
-    tasks = load_tasks(root, split)
+    tasks = load_tasks(root, split) if tasks is None else list(tasks)
+    base_options = env_options if env_options is not None else EnvOptions()
     if not tasks:
         raise DataError(f"split {split!r} of {root} has no tasks")
     tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else DEFAULT_TOKENIZER_DIR
@@ -152,7 +188,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
         progress.start()
     try:
         with DatabaseHandles(counter) as handles:
-            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=EnvOptions().under(condition))
+            env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=base_options.under(condition))
             tools = [s for s in TOOL_SCHEMAS if env.options.condition.offers(s["function"]["name"])]
             while len(rows) < n:
                 added_this_pass = 0
@@ -165,37 +201,25 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                     summary = play_episode(env, policy, task, budget, played, on_turn=lambda msgs, text, info: (
                         turns.append((msgs, text, bool(info.get("context_rewritten"))))))
                     played += 1
-                    if not worth_imitating(summary, task.tags, budget.level):
+                    if not worth_imitating(summary, task.tags, budget.level) or (
+                            only_successes and summary.failure != ""):
                         continue
                     kept += 1
-                    stream = None
-                    seen_msgs = 0
-                    for turn, (msgs, text, rewritten) in enumerate(turns, start=1):
-                        if stream is None:
-                            stream = TokenTrajectory(template, msgs, tools=tools if tool_schemas else None,
-                                                     **(template_kwargs or {}))
-                        else:  # what the agent appends: the messages after the assistant's, or a new segment
-                            stream.add_observation(msgs[seen_msgs + 1:], context_rewritten=rewritten,
-                                                   conversation=msgs if rewritten else None)
-                        seen_msgs = len(msgs)
-                        prompt_ids = stream.prompt_ids
-                        completion = text + END_OF_TURN
-                        completion_ids = template.encode(completion)
-                        stream.add_completion(completion_ids)
-                        prompt = template.decode(prompt_ids)
+                    for turn, prompt, completion, input_ids, loss_mask in _episode_items(
+                            template, turns, tools if tool_schemas else None, template_kwargs or {}, per_episode):
                         key = pair_key(prompt, completion)
                         if key in seen:
                             dups += 1
                             continue
-                        if len(prompt_ids) + len(completion_ids) > max_length:
+                        if len(input_ids) > max_length:
                             too_long += 1
                             continue
                         seen.add(key)
                         added_this_pass += 1
+                        cut = loss_mask.index(1) if 1 in loss_mask else len(loss_mask)
                         rows.append({
-                            "prompt": prompt, "completion": completion, "prompt_ids": prompt_ids,
-                            "completion_ids": completion_ids, "input_ids": prompt_ids + completion_ids,
-                            "loss_mask": [0] * len(prompt_ids) + [1] * len(completion_ids),
+                            "prompt": prompt, "completion": completion, "prompt_ids": input_ids[:cut],
+                            "completion_ids": input_ids[cut:], "input_ids": input_ids, "loss_mask": loss_mask,
                             "workflow": policy.name, "budget": budget.level, "task_id": task.task_id,
                             "db_id": task.db_id, "turn": turn, "seed": played - 1,
                         })

@@ -73,11 +73,13 @@ def benchmark_dir(cfg: ExperimentConfig, *, announce: Callable[[str], None] | No
 def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: dict[str, Any],
                 engines: dict[str, Any]) -> tuple[list[ActorSpec], dict[str, list[tuple]]]:
     """Actor specs of a sweep and, per model method, its engine replica keys."""
+    from bapsql.env.records import EnvOptions
     from bapsql.rollout.workers import EngineHost, EnvWorker, WriterHost
 
     w = cfg.workers
+    options = EnvOptions(prompt_style=cfg.prompt_style)
     specs = [ActorSpec(("env", i), EnvWorker, (i,), {"agents": agents, "token_counter": cfg.token_counter,
-                                                     "calibration": cfg.calibration,
+                                                     "env_options": options, "calibration": cfg.calibration,
                                                      "placebo_dir": str((run_dir / "placebo").resolve())},
                        num_cpus=w.env_worker_cpus, resources=dict(w.env_resources), placement="spread")
              for i in range(n_workers)]

@@ -9,6 +9,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     model: {base: PATH | builtin:tiny, dtype, device, threads, gradient_checkpointing, remote_learner, ...}
     lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: null (every linear projection) | [q_proj, ...]}
     data: {benchmark: demo | PATH, split: train, eval_split: dev}
+    pretrain: {enabled, hidden_size, num_layers, ..., augment_rounds, corpus_episodes, steps, batch, lr}
+    prompt_style: full | terse    # the env's system prompt in SFT export, rollouts and evaluation
     sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
@@ -140,6 +142,34 @@ class DataSection:
 
 
 @dataclass(frozen=True)
+class PretrainSection:
+    """In-domain pretraining of a freshly built tiny model (`bapsql.train.pretrain`); when enabled it replaces
+    ``model.base``. The corpus: whole episodes of ``workflows`` at ``budgets`` over ``augment_rounds`` rounds of
+    augmented tasks on the training databases (`bapsql.data.augment`), at most ``corpus_episodes``."""
+
+    enabled: bool = False
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_positions: int = 16_384
+    augment_rounds: int = 2
+    corpus_episodes: int = 3000
+    workflows: tuple[str, ...] = ("workflow.direct_aggregation",)
+    budgets: tuple[str, ...] = ("XS", "S")
+    steps: int = 1000
+    batch: int = 8
+    lr: float = 3e-3
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        if min(self.steps, self.batch, self.augment_rounds, self.corpus_episodes, self.log_every) < 1 or self.lr <= 0:
+            raise ConfigError("pretrain: steps, batch, augment_rounds, corpus_episodes and log_every must be >= 1, "
+                              "lr > 0")
+
+
+@dataclass(frozen=True)
 class SFTSection:
     enabled: bool = True
     data: str | None = None  # Parquet from `bapsql sft-data`; exported into the run dir when missing
@@ -154,6 +184,10 @@ class SFTSection:
     num_workers: int = 1
     use_gpu: bool = False
     strategy: Literal["ddp", "fsdp"] = "ddp"
+    workflows: tuple[str, ...] | None = None  # null: all nine workflows
+    budgets: tuple[str, ...] = LEVELS  # the levels episodes are drawn at
+    per_episode: bool = False  # one sequence per episode, every completion in the loss (else turn pairs)
+    only_successes: bool = False  # keep budgeted successes only (no justified abstentions)
 
     def __post_init__(self) -> None:
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
@@ -179,6 +213,7 @@ class GRPOSection:
     # Context-only RL: the loss covers only turns whose action is listed (null = every policy turn).
     trainable_actions: tuple[str, ...] | None = None
     sft_init: Literal["merged", "none"] = "merged"
+    log_drift: bool = False  # log KL(policy ‖ SFT) on each update's samples (one extra no-grad forward)
 
     def __post_init__(self) -> None:
         if self.updates < 0 or self.max_new_tokens < 1 or self.lr <= 0:
@@ -260,6 +295,9 @@ class EvalSection:
     replicates: int = 1000  # bootstrap replicates of the analysis
     conditions: tuple[str, ...] = ()  # conditions to evaluate under (empty: the training condition only)
     reference: str | None = "sft"  # the evaluated policy (sft / grpo) the report compares the other against
+    extra_splits: tuple[str, ...] = ()  # more splits swept and reported separately (report_<split>/), e.g. [dev]
+    samples_per_group: int = 1  # episodes per (task, budget, seed): >1 with temperature > 0
+    top_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -284,6 +322,8 @@ class TrainConfig:
     eval: EvalSection = EvalSection()
     condition: str = "full"  # the condition SFT export, GRPO rollouts and (by default) evaluation run under
     calibration: str | None = None  # estimator calibration JSON of rollouts and evaluation (None: the packaged one)
+    pretrain: PretrainSection = PretrainSection()
+    prompt_style: Literal["full", "terse"] = "full"  # `EnvOptions.prompt_style`, in SFT export, rollouts and eval
     description: str = ""
 
     def __post_init__(self) -> None:

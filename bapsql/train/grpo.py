@@ -26,7 +26,7 @@ Shapes: ``logp``, ``engine_logp``, ``old_logp``, ``ref_logp``, ``mask``: ``[B, T
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -140,3 +140,17 @@ def sum_stats(stats: list[LossStats]) -> LossStats:
     if not stats:
         return LossStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     return LossStats(*(sum(getattr(s, f) for s in stats) for f in LossStats.__dataclass_fields__))
+
+
+def policy_drift(policy_logp: Sequence[np.ndarray], ref_logp: Sequence[np.ndarray],
+                 masks: Sequence[Sequence[int]]) -> dict[str, float]:
+    """How far the policy moved from the reference (the SFT model), on tokens the policy sampled.
+
+    Per sample ``i``: ``policy_logp[i]``, ``ref_logp[i]`` and ``masks[i]`` are ``[T_i]``; over masked tokens with
+    ``d = ref − policy``: ``kl_k1 = mean(−d)`` (the plain estimate of KL(policy ‖ ref)) and ``kl_k3 =
+    mean(exp(d) − d − 1)`` (non-negative, lower variance). Zeros when no token is masked."""
+    d = np.concatenate([np.asarray(r, np.float64)[np.asarray(m, bool)] - np.asarray(p, np.float64)[np.asarray(m, bool)]
+                        for p, r, m in zip(policy_logp, ref_logp, masks)] or [np.zeros(0)])
+    if d.size == 0:
+        return {"drift/kl_k1": 0.0, "drift/kl_k3": 0.0}
+    return {"drift/kl_k1": float(np.mean(-d)), "drift/kl_k3": float(np.mean(np.expm1(d) - d))}

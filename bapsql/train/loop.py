@@ -36,6 +36,7 @@ from bapsql.train.batch import build_samples, group_outcome, group_reward_array
 from bapsql.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, prune, save_checkpoint
 from bapsql.train.config import TrainConfig
 from bapsql.train.filter import DifficultyFilter, fill_update, histogram_metrics
+from bapsql.train.grpo import policy_drift
 from bapsql.train.learner import Sample
 from bapsql.train.sampler import TaskBudgetSampler
 from bapsql.train.weight_sync import Probe, SyncReport, WeightSync
@@ -113,6 +114,7 @@ class GRPOTrainer:
         samples, info = self._samples(fill.kept)
         filter_s = (t_filter - t0 - rollout_s) + (time.perf_counter() - t_filter)
 
+        drift = self._drift(samples)
         t_learn = time.perf_counter()
         learner_metrics = None
         if samples:
@@ -124,12 +126,27 @@ class GRPOTrainer:
         metrics = self._metrics(drawn_groups, fill, info, learner_metrics, report, generated,
                                 {"rollout": rollout_s, "filter": filter_s, "learner": learner_s,
                                  "sync": report.seconds, "update": time.perf_counter() - t0})
+        metrics.update(drift)
         self.monitor.log(metrics, step=self.update)
         if self.update % self.cfg.checkpoint.every == 0:
             self.checkpoint()
         record = UpdateRecord(self.update, metrics, report)
         self.history.append(record)
         return record
+
+    def _drift(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Policy drift from the SFT model on this update's samples (`bapsql.train.grpo.policy_drift`): the
+        engine's logprobs of the sampled tokens against the learner's base with the adapter disabled."""
+        if not self.cfg.grpo.log_drift or not samples or not hasattr(self.learner, "token_logprobs"):
+            return {}
+        usable = [s for s in samples if s.engine_logprobs is not None]
+        if not usable:
+            return {}
+        t = time.perf_counter()
+        ref = self.learner.token_logprobs(usable, reference=True, masked_only=True)
+        out = policy_drift([np.asarray(s.engine_logprobs) for s in usable], ref, [s.loss_mask for s in usable])
+        out["time/drift_s"] = time.perf_counter() - t
+        return out
 
     def _samples(self, kept: Sequence[Sequence[Any]]) -> tuple[list[Sample], Any]:
         """Learner samples of the kept groups with ``reward_fn`` rewards (the configured reward by default)."""

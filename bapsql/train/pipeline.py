@@ -65,9 +65,15 @@ def _say(console: Any, msg: str) -> None:
         console.print(f"[cyan]{msg}[/cyan]")
 
 
-def base_model(cfg: TrainConfig, console: Any = None) -> Path:
+def base_model(cfg: TrainConfig, console: Any = None, *, seed: int | None = None) -> Path:
+    """The base model: the pretraining stage's output when ``pretrain.enabled``, else ``model.base``."""
     from bapsql.experiment import resolve_model
 
+    if cfg.pretrain.enabled:
+        path = cfg.run_dir(cfg.seeds[0] if seed is None else seed) / "pretrain" / "model"
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"no pretrained model at {path}; run the pretrain stage first (--stages pretrain)")
+        return path
     path = Path(resolve_model(cfg.model.base, announce=lambda m: _say(console, m)))
     if not (path / "config.json").is_file():
         raise ConfigError(f"model.base: {path} is not a transformers model folder (no config.json)")
@@ -81,7 +87,7 @@ def sft_dir(cfg: TrainConfig, seed: int) -> Path:
 def policy_base(cfg: TrainConfig, seed: int, console: Any = None) -> Path:
     """The model GRPO trains a fresh LoRA on: the SFT-merged model, or the base with ``sft_init: none``."""
     if cfg.grpo.sft_init == "none":
-        return base_model(cfg, console)
+        return base_model(cfg, console, seed=seed)
     merged = sft_dir(cfg, seed) / "merged"
     if not (merged / "config.json").is_file():
         raise ConfigError(f"no SFT model at {merged}; run the SFT stage first (python -m jobs.sft --config ...)")
@@ -105,8 +111,10 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
     """Export pairs if needed and run Ray Train SFT (Ray must be up: `run_recipe` / the job opens the session)."""
     from bapsql.train.sft import run_sft
 
+    from bapsql.env.records import EnvOptions
+
     run_dir = cfg.run_dir(seed)
-    base = base_model(cfg, console)
+    base = base_model(cfg, console, seed=seed)
     data = Path(cfg.sft.data) if cfg.sft.data else run_dir / "sft_pairs.parquet"
     if not data.is_file():
         if cfg.sft.data:
@@ -114,9 +122,13 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
         from bapsql.policies.sft_export import export_sft
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
+        from bapsql.policies.registry import WORKFLOW_NAMES
+
         export_sft(cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data, seed=seed,
                    condition=cfg.condition, max_length=cfg.sft.max_length, tokenizer_dir=base,
-                   template_kwargs=cfg.model.chat_template_kwargs)
+                   template_kwargs=cfg.model.chat_template_kwargs, workflows=cfg.sft.workflows or WORKFLOW_NAMES,
+                   budgets=cfg.sft.budgets, env_options=EnvOptions(prompt_style=cfg.prompt_style),
+                   per_episode=cfg.sft.per_episode, only_successes=cfg.sft.only_successes)
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -222,7 +234,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     rollouts = TrainingRollouts(
         backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=method_name(r.method, cfg.condition), agent=agent,
         engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
-        env_workers=n_workers, engine_replicas=r.engine_replicas, env_options=EnvOptions().under(cfg.condition),
+        env_workers=n_workers, engine_replicas=r.engine_replicas,
+        env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
         writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
         engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
@@ -267,48 +280,92 @@ def _progress_line(update: int, total: int, m: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------- eval
-def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None
-                   ) -> tuple[Any, Path]:
-    """Sweep the given policies (name → merged model folder) and analyse the sweep; returns (summary, report dir)."""
+def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None,
+                   split: str | None = None) -> tuple[Any, Path]:
+    """Sweep the given policies (name → merged model folder) on ``split`` (default ``data.eval_split``) and analyse
+    the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
+    ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
     from bapsql.analysis.analyze import analyze_runs
     from bapsql.experiment import MODEL_PREFIX, ExperimentConfig, SamplingConfig, WorkersConfig, validate
     from bapsql.rollout.sweep import run_sweep
 
+    split = split or cfg.data.eval_split
+    suffix = "" if split == cfg.data.eval_split else "_" + split.replace(":", "-")
     run_dir = cfg.run_dir(seed)
     engines = {name: engine_config(cfg, path, lora=False) for name, path in models.items()}
     r = cfg.rollout
+    e = cfg.eval
     exp = validate(ExperimentConfig(
-        run=f"{cfg.name}-seed{seed}-eval", benchmark=cfg.data.benchmark,
-        methods=tuple(f"model:{n}@{c}" for n in models for c in (cfg.eval.conditions or (cfg.condition,))),
-        split=cfg.data.eval_split, limit=cfg.eval.limit, budgets=cfg.eval.budgets, seeds=cfg.eval.seeds,
-        engines=engines, sampling=SamplingConfig(max_tokens=cfg.eval.max_new_tokens, temperature=cfg.eval.temperature,
+        run=f"{cfg.name}-seed{seed}-eval{suffix}", benchmark=cfg.data.benchmark,
+        methods=tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,))),
+        split=split, limit=e.limit, budgets=e.budgets, seeds=e.seeds, samples_per_group=e.samples_per_group,
+        engines=engines, sampling=SamplingConfig(max_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
                                                  template_kwargs=dict(cfg.model.chat_template_kwargs)),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
-        out_dir=str(run_dir / "eval"), calibration=cfg.calibration))
-    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / "eval", console=console,
+        prompt_style=cfg.prompt_style, out_dir=str(run_dir / f"eval{suffix}"), calibration=cfg.calibration))
+    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
                         backend="ray" if r.use_ray else "local")
-    report = run_dir / "report"
-    ref = cfg.eval.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
-    reference = (f"{MODEL_PREFIX}{ref}@{cfg.eval.conditions[0] if cfg.eval.conditions else cfg.condition}"
+    report = run_dir / f"report{suffix}"
+    ref = e.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
+    reference = (f"{MODEL_PREFIX}{ref}@{e.conditions[0] if e.conditions else cfg.condition}"
                  if ref in models and len(models) > 1 else None)
-    analyze_runs([run_dir / "eval"], report, reference=reference, replicates=cfg.eval.replicates, seed=seed)
+    analyze_runs([run_dir / f"eval{suffix}"], report, reference=reference, replicates=e.replicates, seed=seed)
     return summary, report
 
 
+def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
+    """Put the run's learning curves into the report folder (PNG) and list them at the end of ``report.md``:
+    GRPO per update (`bapsql.train.curves.learning_curves_png`), the pretraining curve, the SFT loss."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    from bapsql.train.curves import learning_curves_png, pretrain_curve_png, read_history
+
+    written = []
+    hist = run_dir / "grpo" / "history.jsonl"
+    if hist.is_file():
+        (report / "learning_curves.png").write_bytes(learning_curves_png(read_history(hist)))
+        written.append("learning_curves.png")
+    pre = run_dir / "pretrain" / "result.json"
+    if pre.is_file():
+        (report / "pretrain_curve.png").write_bytes(
+            pretrain_curve_png(json.loads(pre.read_text())["curve"], title="pretraining (full parameters)"))
+        written.append("pretrain_curve.png")
+    sft = run_dir / "sft" / "result.json"
+    if sft.is_file():
+        losses = json.loads(sft.read_text()).get("losses") or []
+        if losses:
+            (report / "sft_curve.png").write_bytes(pretrain_curve_png(
+                [{"step": i, "loss": v} for i, v in enumerate(losses)], title="SFT (LoRA): completion loss per step"))
+            written.append("sft_curve.png")
+    md = report / "report.md"
+    if written and md.is_file():
+        md.write_text(md.read_text() + "\n## Learning curves\n\n" + "\n".join(f"![{w}]({w})" for w in written) + "\n")
+    return written
+
+
 # ------------------------------------------------------------------------------------------------------- recipe
-def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False, stages: tuple[str, ...] = ("sft", "grpo",
-               "eval"), console: Any = None) -> RecipeResult:
+def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False,
+               stages: tuple[str, ...] = ("pretrain", "sft", "grpo", "eval"), console: Any = None) -> RecipeResult:
     """Run the stages in order inside one Ray session (see the module docstring)."""
-    unknown = sorted(set(stages) - {"sft", "grpo", "eval"})
+    unknown = sorted(set(stages) - {"pretrain", "sft", "grpo", "eval"})
     if unknown:
-        raise ConfigError(f"unknown stage(s) {unknown}; stages are sft, grpo, eval")
+        raise ConfigError(f"unknown stage(s) {unknown}; stages are pretrain, sft, grpo, eval")
     run_dir = cfg.run_dir(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     need_ray = "sft" in stages or cfg.rollout.use_ray
     sft = grpo = None
     eval_dir = report = None
     success: dict[str, dict[str, float]] = {}
+    if "pretrain" in stages and cfg.pretrain.enabled:
+        if (run_dir / "pretrain" / "result.json").is_file() and resume:
+            _say(console, f"pretrained model exists in {run_dir / 'pretrain'}; skipping pretraining (resume)")
+        else:
+            from bapsql.train.pretrain import run_pretrain
+
+            run_pretrain(cfg, seed, run_dir, console=console)
     with (ray_context(cfg, run_dir) if need_ray else contextlib.nullcontext()):
         if need_ray:  # every node must see the benchmark and write the run folder (StorageError otherwise)
             from bapsql.rollout.ray_shell.nodes import preflight
@@ -334,4 +391,7 @@ def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False, stages: tup
             eval_dir = run_dir / "eval"
             for c in summary.cells:
                 success.setdefault(c.method, {})[c.budget] = c.success_rate
+            for extra in cfg.eval.extra_splits:
+                run_eval_stage(cfg, seed, models, console=console, split=extra)
+            write_learning_curves(run_dir, report)
     return RecipeResult(sft, grpo, eval_dir, report, success)

@@ -71,3 +71,20 @@ def test_test_fraction_is_about_right_and_seeded():
     assert [is_test_task(t, 0) for t in ids] != [is_test_task(t, 1) for t in ids]
     with pytest.raises(ConfigError, match="test fraction"):
         is_test_task("x", 0, 1.5)
+
+
+def test_augmented_tasks_stay_on_the_split_databases_and_never_repeat_excluded_questions(demo_small):
+    from bapsql.data.augment import augment_tasks, normalise
+    from bapsql.rollout.runner import load_tasks
+
+    test = load_tasks(demo_small, "test")
+    aug = augment_tasks(demo_small, "train", 1, exclude=test)
+    assert aug and {t.db_id for t in aug} <= {t.db_id for t in load_tasks(demo_small, "train")}
+    banned = {normalise(t.question) for t in test}
+    assert not any(normalise(t.question) in banned for t in aug)
+    assert len({t.task_id for t in aug}) == len(aug) == len({normalise(t.question) for t in aug})
+    assert all(t.gold is None and "augmented" in t.tags for t in aug)
+    assert [t.question for t in augment_tasks(demo_small, "train", 1, exclude=test)] == [t.question for t in aug]
+    # excluding a question removes exactly that draft
+    fewer = augment_tasks(demo_small, "train", 1, exclude=[*test, aug[0]])
+    assert normalise(aug[0].question) not in {normalise(t.question) for t in fewer}

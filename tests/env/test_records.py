@@ -40,3 +40,17 @@ def test_turn_draft_without_estimate_or_shield_has_empty_actuals():
     assert rec.turn == 1 and rec.est_rows_p50 is None and rec.actual_vm_steps is None and rec.prompt_tokens == 7
     info = TurnDraft("inspect_schema").info(led.snapshot(), max_completion_tokens=5, terminated=False, truncated=False)
     assert info["ledger"]["spent"]["turns"] == 1 and info["estimate"] is None and info["max_completion_tokens"] == 5
+
+
+def test_prompt_style_is_checked_and_reaches_the_system_message(make_env, task):
+    import pytest as _pytest
+
+    from bapsql.budgets import load_ladder
+    from bapsql.env.records import EnvOptions
+    from bapsql.errors import ConfigError
+
+    with _pytest.raises(ConfigError, match="prompt_style"):
+        EnvOptions(prompt_style="short")
+    env = make_env(prompt_style="terse")
+    env.reset(task, load_ladder()["L"], seed=0)
+    assert env.messages[0]["content"].startswith("SQLite questions. One tool call per turn.")

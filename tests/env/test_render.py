@@ -62,3 +62,10 @@ def test_invalid_and_evidence_observations():
     assert text.startswith("Invalid action: no tool call found") and "Tools: execute_query, answer" in text
     refused = EvidenceOp("restore", "E1", False, "discarded", "discarded", "cannot restore E1: it is discarded")
     assert render.evidence_observation(refused, None) == "manage_evidence refused: cannot restore E1: it is discarded"
+
+
+def test_terse_system_prompt_has_one_line_per_offered_tool():
+    terse = render.system_prompt(("execute_query", "answer"), style="terse")
+    assert terse.splitlines() == ["SQLite questions. One tool call per turn. Tools:", "execute_query(sql)",
+                                  "answer(kind, values, citations)"]
+    assert len(render.system_prompt(style="terse")) < len(render.system_prompt()) / 4

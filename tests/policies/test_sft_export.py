@@ -132,3 +132,33 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
     # past turns keep their empty think blocks in the stream (a fresh rendering would drop them; a segment started
     # after evidence management rewrote the context renders afresh)
     assert max(think_blocks) >= 2
+
+
+def test_per_episode_rows_are_the_whole_stream_with_every_completion_in_the_loss(minibench, tmp_path):
+    from bapsql.env.records import EnvOptions
+
+    template = ChatTemplate.from_dir(DEFAULT_TOKENIZER_DIR)
+    pairs = export_sft(minibench, "train", 100, tmp_path / "pairs.parquet", workflows=("workflow.direct_aggregation",),
+                       budgets=("L",), env_options=EnvOptions(prompt_style="terse"))
+    eps = export_sft(minibench, "train", 100, tmp_path / "eps.parquet", workflows=("workflow.direct_aggregation",),
+                     budgets=("L",), env_options=EnvOptions(prompt_style="terse"), per_episode=True)
+    prow = pq.read_table(pairs.path).to_pylist()
+    erow = pq.read_table(eps.path).to_pylist()
+    assert eps.pairs == 6 and pairs.pairs == 12  # one row per episode of the 6 train tasks (2 turns each)
+    for e in erow:
+        assert e["turn"] == 2 and len(e["loss_mask"]) == len(e["input_ids"])
+        assert e["prompt"].startswith("<|im_start|>system\nSQLite questions.")  # the terse system prompt
+        last = next(p for p in prow if p["task_id"] == e["task_id"] and p["turn"] == 2)
+        assert template.decode(e["input_ids"]) == last["prompt"] + last["completion"]  # the whole episode
+        masked = [t for t, m in zip(e["input_ids"], e["loss_mask"]) if m]
+        comps = [p["completion"] for p in sorted((p for p in prow if p["task_id"] == e["task_id"]),
+                                                 key=lambda p: p["turn"])]
+        assert template.decode(masked) == "".join(comps)  # exactly the two completions are in the loss
+
+
+def test_only_successes_and_given_tasks(minibench, mini_tasks, tmp_path):
+    few = [t for t in mini_tasks.values() if t.db_id == "shop"][:2]
+    res = export_sft(minibench, "train", 100, tmp_path / "few.parquet", workflows=("workflow.direct_aggregation",),
+                     budgets=("L",), tasks=few, only_successes=True, per_episode=True)
+    rows = pq.read_table(res.path).to_pylist()
+    assert {r["task_id"] for r in rows} <= {t.task_id for t in few} and res.pairs == len(rows) >= 1

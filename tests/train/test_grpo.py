@@ -126,3 +126,31 @@ def test_importance_weight_truncates_and_normalizer_splits_microbatches():
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError):
         policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3))
+
+
+def ref_drift(policy, ref, masks):
+    d1, d3, n = 0.0, 0.0, 0
+    for p, r, m in zip(policy, ref, masks):
+        for a, b, k in zip(p, r, m):
+            if k:
+                d = b - a
+                d1 += -d
+                d3 += math.exp(d) - d - 1
+                n += 1
+    return (d1 / n, d3 / n) if n else (0.0, 0.0)
+
+
+@given(st.lists(st.lists(st.tuples(st.floats(-8, 0), st.floats(-8, 0), st.integers(0, 1)), min_size=1, max_size=6),
+                min_size=1, max_size=4))
+@settings(max_examples=80)
+def test_policy_drift_matches_reference_and_k3_is_nonnegative(seqs):
+    from bapsql.train.grpo import policy_drift
+
+    policy = [np.array([a for a, _, _ in s]) for s in seqs]
+    ref = [np.array([b for _, b, _ in s]) for s in seqs]
+    masks = [[k for _, _, k in s] for s in seqs]
+    out = policy_drift(policy, ref, masks)
+    k1, k3 = ref_drift(policy, ref, masks)
+    assert out["drift/kl_k1"] == pytest.approx(k1, abs=1e-9) and out["drift/kl_k3"] == pytest.approx(k3, abs=1e-9)
+    assert out["drift/kl_k3"] >= 0
+    assert policy_drift(policy, policy, masks)["drift/kl_k3"] == 0.0

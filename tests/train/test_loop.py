@@ -123,3 +123,21 @@ def test_a_starving_filter_skips_the_update_and_says_so(tiny_model_dir, bench, t
     assert m["filter/starved"] == 1.0 and m["learner/skipped"] == 1.0 and m["filter/kept_groups"] == 0.0
     assert m["filter/successes_0"] == m["filter/drawn_groups"] > 0 and m["filter/rounds"] == 2.0
     assert rec.sync.mean_abs < 1e-4  # the engine still serves the (unchanged) policy
+
+
+@pytest.mark.slow
+def test_policy_drift_from_sft_starts_at_zero_and_grows(tiny_model_dir, bench, tmp_path):
+    import dataclasses
+
+    from bapsql.train.pipeline import env_options_for
+
+    cfg = make_cfg(tiny_model_dir, bench, tmp_path)
+    cfg = dataclasses.replace(cfg, prompt_style="terse", grpo=dataclasses.replace(cfg.grpo, log_drift=True))
+    trainer, ro, _ = build(cfg, tiny_model_dir, tmp_path / "drift")
+    assert env_options_for((), cfg.prompt_style).prompt_style == "terse"
+    trainer.start()
+    first, second = trainer.step(), trainer.step()
+    ro.close()
+    # version 0 is the reference itself (fresh LoRA): only engine-vs-learner numerics remain
+    assert 0.0 <= first.metrics["drift/kl_k3"] < 1e-4
+    assert second.metrics["drift/kl_k3"] > 10 * max(first.metrics["drift/kl_k3"], 1e-7)
