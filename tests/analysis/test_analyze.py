@@ -50,6 +50,7 @@ def analysed(run_dirs, tmp_path_factory):
     return summary, out, messages, run_dirs[1]
 
 
+@pytest.mark.slow  # draws every figure
 def test_outputs_exist_and_figures_are_pngs(analysed):
     _, out, messages, _ = analysed
     for name in ("report.md", "report.html", "summary.json", "frontier.png", "quality_tokens.png"):

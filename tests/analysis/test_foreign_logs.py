@@ -16,6 +16,8 @@ from bapsql.cli.analyze import analyze
 from bapsql.errors import RunLogError
 from tests.analysis.helpers import LADDER, episodes_table
 
+pytestmark = pytest.mark.slow  # end-to-end analyses with figures (seconds each)
+
 
 def _core_rows(methods=("ours", "theirs"), n_db=6, tasks_per_db=4, seeds=(0, 1)) -> list[dict]:
     rows = []

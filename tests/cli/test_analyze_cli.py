@@ -76,6 +76,7 @@ def test_help_lists_the_options():
         assert option in result.output
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_jobs_entrypoint(run_dir, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jobs.analyze", str(run_dir), "--out", str(tmp_path / "j"),
                            "--replicates", "50"], cwd=REPO, capture_output=True, text=True, timeout=300)

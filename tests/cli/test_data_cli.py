@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from bapsql.cli import cli
 
+pytestmark = pytest.mark.slow  # every test builds or reads a whole embedded benchmark
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):

@@ -24,6 +24,7 @@ def test_sql_variants():
     assert "SELECT * FROM t" not in sql_variants("SELECT * FROM t")
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_calibration_fits_on_train_and_reports_held_out(demo_small, tmp_path):
     full = load_benchmark(demo_small)
     train, held = full.splits["train"][:2], full.splits["dev"][:1]  # three databases keep the test fast

@@ -23,6 +23,7 @@ def _hashes(root):
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_same_seed_gives_the_same_bytes(demo_small, tmp_path):
     again = tmp_path / "again"
     build_demo(again, scale="small", seed=0, workers=2)  # two processes must not change a byte

@@ -52,6 +52,7 @@ def test_api_key_detection(tmp_path, monkeypatch):
     assert wandb_api_key_configured()
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_offline_wandb_run_writes_under_the_run_dir(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     home, cwd, run_dir = tmp_path / "home", tmp_path / "cwd", tmp_path / "run"

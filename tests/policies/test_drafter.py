@@ -46,7 +46,7 @@ def test_answers_read_from_a_whole_result_profile():
     assert answer_from_profile(stopped, "SELECT COUNT(*) FROM t") is None
 
 
-def _outcomes(play, tasks, condition, level, seeds=range(6)):
+def _outcomes(play, tasks, condition, level, seeds=range(3)):
     return [play("scripted.drafter", t, level, seed, condition=condition) for t in tasks for seed in seeds]
 
 

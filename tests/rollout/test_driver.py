@@ -107,6 +107,7 @@ def test_assign_shards_balances_databases():
     assert sorted(load.values()) == [9, 10]
 
 
+@pytest.mark.slow  # a fault drill of a few seconds
 def test_a_killed_env_worker_reruns_its_episodes_and_nothing_is_duplicated(specs, tmp_path):
     be = _backend(tmp_path, batch=1)
     killed = []
@@ -124,6 +125,7 @@ def test_a_killed_env_worker_reruns_its_episodes_and_nothing_is_duplicated(specs
     assert result.episodes_run == len(specs)
 
 
+@pytest.mark.slow  # a fault drill of a few seconds
 def test_a_killed_writer_gets_its_lost_rows_again(specs, tmp_path):
     """Killed twice while holding unflushed rows: with a call pending (the call dies), then between calls (silently:
     only the new incarnation's acknowledgement tells)."""
@@ -143,6 +145,7 @@ def test_a_killed_writer_gets_its_lost_rows_again(specs, tmp_path):
     assert kills == ["busy", "idle"] and result.restarts == {"writer": 2}
 
 
+@pytest.mark.slow  # a fault drill of a few seconds
 def test_resume_skips_episodes_already_on_disk(specs, tmp_path):
     be = _backend(tmp_path)
     first = Driver(be, 2).run(specs[:10])

@@ -18,6 +18,8 @@ from bapsql.rollout.engines.factory import make_engine  # noqa: E402
 from bapsql.rollout.tiny_model import make_tiny_model  # noqa: E402
 from tests.rollout.engine_helpers import add_eos, prompt_ids, write_lora  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds and runs the tiny model (seconds)
+
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
 

@@ -67,6 +67,7 @@ def test_deterministic_from_the_seed(tmp_path):
     assert _digest(a.out_dir) == _digest(b.out_dir) != _digest(c.out_dir)
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_pretraining_lowers_the_loss(tmp_path):
     result = make_tiny_model(tmp_path / "m", seed=0, pretrain_steps=12)
     assert result.pretrain_steps == 12 and len(result.losses) == 3  # steps 0, 10 and the last

@@ -24,6 +24,7 @@ def tok() -> Tokenizer:
     return Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_packaged_files_are_what_the_builder_writes(tmp_path):
     # Built in another process when the package was made: equal bytes also show cross-process determinism.
     result = tb.build_tokenizer(tmp_path)

@@ -17,6 +17,7 @@ def _rec(u, **extra):
             "filter/kept_share": 0.5, **{f"filter/successes_{k}": float(k == u % 9) for k in range(9)}, **extra}
 
 
+@pytest.mark.slow  # draws every figure
 def test_history_keeps_the_last_record_of_each_update_and_draws_png(tmp_path):
     path = tmp_path / "history.jsonl"
     recs = [_rec(1), _rec(2), _rec(2, **{"drift/kl_k3": 0.01}), _rec(3, **{"drift/kl_k3": 0.02})]

@@ -60,6 +60,7 @@ def _chat_prompt(model_dir):
                     {"role": "user", "content": "How many orders were placed?"}], add_generation_prompt=True)
 
 
+@pytest.mark.slow  # several seconds: the slow tier
 def test_learner_and_engine_logprobs_use_the_sampling_temperature(pretrained_tiny_dir):
     """At T = 0.7 the engine reports the logprob of the distribution it sampled from (logits / T), and the learner
     a GRPO config builds recomputes exactly that."""
