@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-METHODS = ("workflow.estimate_rewrite", "baseline.raw")
+METHODS = ("workflow.estimate_rewrite", "scripted.drafter@raw")
 LEVELS = ("XS", "L")
 
 

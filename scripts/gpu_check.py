@@ -201,7 +201,8 @@ def grpo(c: Check) -> str:
     from bapsql.train.filter import FilterConfig
     from bapsql.train.learner import Learner
     from bapsql.train.loop import GRPOTrainer
-    from bapsql.train.pipeline import engine_config, env_options_for
+    from bapsql.env.records import EnvOptions
+    from bapsql.train.pipeline import engine_config
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 
@@ -225,7 +226,7 @@ def grpo(c: Check) -> str:
     rollouts = TrainingRollouts(LocalBackend(), run_name="gpu_check", method="model.policy",
                                 agent=AgentConfig(model_dir=str(model), max_tokens=64),
                                 engine=engine_config(cfg, model, lora=True), tasks=tasks, group_size=4,
-                                env_options=env_options_for(()), writer_dir=str(c.out / "grpo" / "rollouts"))
+                                env_options=EnvOptions(), writer_dir=str(c.out / "grpo" / "rollouts"))
     trainer = GRPOTrainer(cfg, seed=0, learner=learner, rollouts=rollouts, tasks=tasks,
                           probe=make_probe(ChatTemplate.from_dir(model)), run_dir=c.out / "grpo",
                           reward_fn=_token_reward)

@@ -56,8 +56,8 @@ def test_actors_go_where_their_resources_are_and_survive_losing_the_engines_node
         if "nodes" not in seen:
             seen["nodes"] = be.nodes()
         pending = {key for _, key, _ in be._refs.values()}
-        if "removed" not in seen and done >= 8 and ("engine", "model.tiny", 0) in pending:
-            victim = be.nodes()[("engine", "model.tiny", 0)]
+        if "removed" not in seen and done >= 8 and ("engine", "model.tiny@full", 0) in pending:
+            victim = be.nodes()[("engine", "model.tiny@full", 0)]
             sim_cluster.remove(victim)  # the engine's "GPU node" (and the env worker on it) is gone
             seen["removed"] = victim
             sim_cluster.add(num_cpus=2, resources=NODE)  # the autoscaler's replacement
@@ -66,11 +66,11 @@ def test_actors_go_where_their_resources_are_and_survive_losing_the_engines_node
         s = run_sweep(cfg, out_dir=tmp_path / "run", on_progress=on_progress)
     nodes = seen["nodes"]
     assert {nodes[("env", 0)], nodes[("env", 1)]} == {a, b}  # sharded across the two env nodes, none on the head
-    assert nodes[("engine", "model.tiny", 0)] in (a, b)
+    assert nodes[("engine", "model.tiny@full", 0)] in (a, b)
     assert nodes[("writer", 0)] == sim_cluster.head_id  # pinned to the driver's node (workers.writer: driver)
     assert seen["removed"] in (a, b)
     _exactly_once(tmp_path / "run", 2 * 1 * 2 * 12)
-    assert s.actor_restarts.get("engine/model.tiny/0", 0) >= 1 and s.result.reruns >= 1
+    assert s.actor_restarts.get("engine/model.tiny@full/0", 0) >= 1 and s.result.reruns >= 1
     record = json.loads((tmp_path / "run" / "sweep.json").read_text())
     assert record["actor_restarts"] == s.actor_restarts
 
@@ -80,7 +80,7 @@ def test_losing_the_writers_node_mid_sweep_loses_and_duplicates_nothing(sim_clus
     from bapsql.rollout.sweep import run_sweep
 
     sim_cluster.add(num_cpus=2, resources=NODE), sim_cluster.add(num_cpus=2, resources=NODE)
-    cfg = _config(bench, ["workflow.direct_aggregation", "baseline.dashboard"], budgets=("XS", "S"),
+    cfg = _config(bench, ["workflow.direct_aggregation", "scripted.drafter@dashboard"], budgets=("XS", "S"),
                   writer="any", writer_resources={"storage": 1.0})
     seen: dict = {}
 
@@ -106,7 +106,7 @@ def test_the_cli_joins_a_cluster_and_survives_losing_a_worker_node(sim_cluster, 
     from bapsql.rollout.ray_shell import join_ray
 
     sim_cluster.add(num_cpus=2, resources=NODE), sim_cluster.add(num_cpus=2, resources=NODE)
-    methods = ["workflow.direct_aggregation", "workflow.estimate_rewrite", "baseline.dashboard"]
+    methods = ["workflow.direct_aggregation", "workflow.estimate_rewrite", "scripted.drafter@dashboard"]
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump({
         "run": "contract", "benchmark": str(bench), "split": "dev", "methods": methods, "budgets": ["XS", "S", "M"],

@@ -44,7 +44,8 @@ def build(cfg, tiny, run_dir, learner=None):
     from bapsql.rollout.backend import LocalBackend
     from bapsql.train.learner import Learner
     from bapsql.train.loop import GRPOTrainer
-    from bapsql.train.pipeline import engine_config, env_options_for
+    from bapsql.env.records import EnvOptions
+    from bapsql.train.pipeline import engine_config
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 
@@ -53,7 +54,8 @@ def build(cfg, tiny, run_dir, learner=None):
     rollouts = TrainingRollouts(LocalBackend(), run_name="loop", method="model.policy",
                                 agent=AgentConfig(model_dir=str(tiny), max_tokens=6), engine=engine_config(
                                     cfg, tiny, lora=True), tasks=tasks, group_size=4,
-                                env_options=env_options_for(()), writer_dir=str(run_dir / "rollouts"))
+                                env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
+                                writer_dir=str(run_dir / "rollouts"))
     monitor = MemoryMonitor()
     trainer = GRPOTrainer(cfg, seed=0, learner=learner, rollouts=rollouts, tasks=tasks,
                           probe=make_probe(ChatTemplate.from_dir(tiny)), run_dir=run_dir, monitor=monitor,
@@ -129,12 +131,9 @@ def test_a_starving_filter_skips_the_update_and_says_so(tiny_model_dir, bench, t
 def test_policy_drift_from_sft_starts_at_zero_and_grows(tiny_model_dir, bench, tmp_path):
     import dataclasses
 
-    from bapsql.train.pipeline import env_options_for
-
     cfg = make_cfg(tiny_model_dir, bench, tmp_path)
     cfg = dataclasses.replace(cfg, prompt_style="terse", grpo=dataclasses.replace(cfg.grpo, log_drift=True))
     trainer, ro, _ = build(cfg, tiny_model_dir, tmp_path / "drift")
-    assert env_options_for((), cfg.prompt_style).prompt_style == "terse"
     trainer.start()
     first, second = trainer.step(), trainer.step()
     ro.close()
