@@ -162,11 +162,13 @@ class PretrainSection:
     batch: int = 8
     lr: float = 3e-3
     log_every: int = 100
+    threads: int = 1  # torch threads for this stage (it runs alone: no engine or env worker competes)
 
     def __post_init__(self) -> None:
-        if min(self.steps, self.batch, self.augment_rounds, self.corpus_episodes, self.log_every) < 1 or self.lr <= 0:
-            raise ConfigError("pretrain: steps, batch, augment_rounds, corpus_episodes and log_every must be >= 1, "
-                              "lr > 0")
+        if min(self.steps, self.batch, self.augment_rounds, self.corpus_episodes, self.log_every, self.threads) < 1 \
+                or self.lr <= 0:
+            raise ConfigError("pretrain: steps, batch, augment_rounds, corpus_episodes, log_every and threads must "
+                              "be >= 1, lr > 0")
 
 
 @dataclass(frozen=True)

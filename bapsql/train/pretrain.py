@@ -14,7 +14,7 @@ Contract of `run_pretrain(cfg, seed, run_dir)`:
 - exports the corpus once into ``run_dir/pretrain/corpus.parquet`` (`export_sft` with ``per_episode``, successes only,
   the config's prompt style, workflows and budgets, over `augment_tasks` excluding ``data.eval_split``'s tasks);
 - trains ``steps`` AdamW steps of ``batch`` episodes (warm-up, cosine to 10 %), logits only at completion positions
-  (the output matrix is a third of the FLOPs; most positions are prompt), one thread;
+  (the output matrix is a third of the FLOPs; most positions are prompt), on ``threads`` torch threads;
 - saves the weights in place and ``run_dir/pretrain/result.json`` with the loss curve (every ``log_every`` steps: the
   batch's completion loss, and on 32 episodes of real fit-split tasks — questions the corpus does not contain — the
   completion NLL and the teacher-forced exact-completion share, `heldout_metrics`).
@@ -191,7 +191,7 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
     heldout = _read_rows(heldout_path)[:32]
     pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(p.threads)
     try:
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
