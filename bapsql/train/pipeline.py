@@ -170,12 +170,13 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
-def engine_config(cfg: TrainConfig, model: Path, *, lora: bool) -> Any:
-    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``)."""
+def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[str, ...] | None = None) -> Any:
+    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``), long enough for the
+    largest context budget of ``levels`` (default: the training levels; the evaluation passes its own)."""
     from bapsql.rollout.engines.base import load_engine_config
 
     ladder = load_ladder()
-    need = max(ladder[b].context_tokens for b in cfg.budgets.levels) + MODEL_LEN_MARGIN
+    need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
     raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
     if lora:
         raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)))
@@ -292,7 +293,7 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     split = split or cfg.data.eval_split
     suffix = "" if split == cfg.data.eval_split else "_" + split.replace(":", "-")
     run_dir = cfg.run_dir(seed)
-    engines = {name: engine_config(cfg, path, lora=False) for name, path in models.items()}
+    engines = {name: engine_config(cfg, path, lora=False, levels=cfg.eval.budgets) for name, path in models.items()}
     r = cfg.rollout
     e = cfg.eval
     exp = validate(ExperimentConfig(

@@ -34,6 +34,19 @@ def test_engine_config_fits_the_largest_budget_and_enables_lora(tmp_path):
         engine_config(small, tmp_path, lora=False)
 
 
+def test_the_evaluation_engine_fits_the_evaluated_budgets_not_only_the_trained_ones(tmp_path):
+    from bapsql.budgets import load_ladder
+    from bapsql.train.config import BudgetSection
+
+    cfg = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), budgets=BudgetSection(levels=("XS", "S")),
+                      rollout=RolloutSection(engine={"kind": "hf", "dtype": "float32"}))
+    ladder = load_ladder()
+    train = engine_config(cfg, tmp_path, lora=True)
+    assert ladder["S"].context_tokens <= train.max_model_len < ladder["L"].context_tokens
+    evaluation = engine_config(cfg, tmp_path, lora=False, levels=("XS", "S", "M", "L"))
+    assert evaluation.max_model_len >= ladder["L"].context_tokens
+
+
 def test_a_recipe_names_its_calibration_file(tmp_path):
     from bapsql.db.calibration import DEFAULT_PATH
 
