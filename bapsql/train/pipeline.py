@@ -388,10 +388,13 @@ def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False,
                 models["grpo"] = run_dir / "grpo" / "merged"
             if not models:
                 raise ConfigError("eval: no trained policy to evaluate (run the sft / grpo stages first)")
-            summary, report = run_eval_stage(cfg, seed, models, console=console)
+            _, report = run_eval_stage(cfg, seed, models, console=console)
             eval_dir = run_dir / "eval"
-            for c in summary.cells:
-                success.setdefault(c.method, {})[c.budget] = c.success_rate
+            # from the report (every logged episode), not the sweep's cells: a resumed sweep's cells count only
+            # the episodes it ran itself
+            methods = json.loads((report / "summary.json").read_text())["methods"]
+            success = {m: {lvl: v / 100.0 for lvl, v in row["success"].items() if v is not None}
+                       for m, row in methods.items()}
             for extra in cfg.eval.extra_splits:
                 run_eval_stage(cfg, seed, models, console=console, split=extra)
             write_learning_curves(run_dir, report)
