@@ -153,6 +153,7 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         finally:
             learner.join()
         if "error" in box:
+            self.pending.appendleft(batch)  # not trained: a retry of this update takes it again
             raise box["error"]
 
         self.update += 1
