@@ -19,6 +19,9 @@ metrics as an uninterrupted run. A starving filter never stops training: the upd
 
 ``reward_fn(group) -> [G]`` defaults to the configured BAP-SQL reward of the episode rows; tests and toy tasks may
 pass another.
+
+This is the synchronous loop (``grpo.max_staleness: 0``); `bapsql.train.overlap.PipelinedGRPOTrainer` overlaps
+rollouts with the learner and `bapsql.train.overlap.make_trainer` picks one by the config.
 """
 
 from __future__ import annotations
