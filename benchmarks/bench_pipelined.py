@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -150,6 +151,10 @@ def main() -> None:
                 t = time.perf_counter()
                 records[k].append(trainer.step())
                 walls[k].append(time.perf_counter() - t)
+                m = records[k][-1].metrics
+                print(f"k={k} update {len(walls[k])}: {walls[k][-1]:.1f} s (rollout {m['time/rollout_s']:.1f} s, "
+                      f"learner {m['time/learner_s']:.1f} s), success {m['success/all']:.2f}", file=sys.stderr,
+                      flush=True)
         load_after = os.getloadavg()
         for _, rollouts in runs.values():
             rollouts.close()

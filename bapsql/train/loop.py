@@ -43,6 +43,7 @@ from bapsql.train.filter import DifficultyFilter, fill_update, histogram_metrics
 from bapsql.train.grpo import policy_drift
 from bapsql.train.learner import Sample
 from bapsql.train.sampler import TaskBudgetSampler
+from bapsql.train.staleness import PENDING_FILE
 from bapsql.train.weight_sync import Probe, SyncReport, WeightSync
 
 
@@ -105,7 +106,7 @@ class GRPOTrainer:
     def _check_resumable(self, ckpt: Path) -> None:
         """The synchronous loop cannot continue a pipelined run: rollouts that run generated for later updates
         (``pending.pkl``) would never be trained, and its data order would differ."""
-        if (ckpt / "pending.pkl").is_file():
+        if (ckpt / PENDING_FILE).is_file():
             raise ConfigError(f"{ckpt} was written by a pipelined run (grpo.max_staleness >= 1) and holds rollouts for "
                               "later updates; resume it with the same grpo.max_staleness")
 

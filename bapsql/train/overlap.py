@@ -57,11 +57,9 @@ from bapsql.errors import ConfigError
 from bapsql.train.checkpoint import latest_checkpoint
 from bapsql.train.config import TrainConfig
 from bapsql.train.loop import GRPOTrainer, UpdateRecord, add_idle_shares
-from bapsql.train.staleness import (PendingBatch, dumps_pending, group_version, loads_pending, staleness_gate,
-                                    staleness_metrics)
+from bapsql.train.staleness import (PENDING_FILE, PendingBatch, dumps_pending, group_version, loads_pending,
+                                    staleness_gate, staleness_metrics)
 from bapsql.train.weight_sync import SyncReport
-
-PENDING_FILE = "pending.pkl"
 
 
 def make_trainer(cfg: TrainConfig, **kwargs: Any) -> GRPOTrainer:

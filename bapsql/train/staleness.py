@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 PENDING_FORMAT = 1
+PENDING_FILE = "pending.pkl"  # the pending batches in a checkpoint folder
 
 
 def group_version(group: Sequence[Any]) -> int:
