@@ -9,7 +9,9 @@ A checkpoint is a folder ``<root>/update-<NNNNNN>/`` holding
   every CUDA device); ``driver_rng.pt``: the same of the driver's process (the same process unless the learner is a
   remote actor);
 - ``state.json``: the update counter, the (task, budget) sampler's state (data order), the difficulty filter's
-  state, and any extra JSON the loop keeps (e.g. the policy version and the metrics of the last update).
+  state, and any extra JSON the loop keeps (e.g. the policy version and the metrics of the last update);
+- any extra files the loop hands over (``files``: name → bytes), e.g. ``pending.pkl``, the pipelined loop's
+  rollouts already generated for later updates (`bapsql.train.overlap`).
 
 Folders appear atomically (written under a hidden temporary name, then renamed), so a crash mid-write never leaves a
 checkpoint that `latest_checkpoint` would pick; `prune` keeps the newest ``keep``. `load_checkpoint` restores the
@@ -75,8 +77,9 @@ def checkpoint_path(root: str | Path, update: int) -> Path:
     return Path(root) / f"update-{update:06d}"
 
 
-def save_checkpoint(root: str | Path, learner: Any, state: TrainState) -> Path:
-    """Write the checkpoint of ``state.update`` under ``root`` atomically; returns its folder."""
+def save_checkpoint(root: str | Path, learner: Any, state: TrainState, files: dict[str, bytes] | None = None) -> Path:
+    """Write the checkpoint of ``state.update`` (and ``files``, name → bytes) under ``root`` atomically; returns its
+    folder."""
     import torch
 
     final = checkpoint_path(root, state.update)
@@ -89,6 +92,8 @@ def save_checkpoint(root: str | Path, learner: Any, state: TrainState) -> Path:
     (tmp / "state.json").write_text(json.dumps({
         "update": state.update, "sampler": state.sampler, "filter": state.filter, "extra": state.extra,
     }, indent=1, sort_keys=True))
+    for name, data in (files or {}).items():
+        (tmp / name).write_bytes(data)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -15,7 +15,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
-           sft_init: merged | none}
+           sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -216,8 +216,13 @@ class GRPOSection:
     trainable_actions: tuple[str, ...] | None = None
     sft_init: Literal["merged", "none"] = "merged"
     log_drift: bool = False  # log KL(policy ‖ SFT) on each update's samples (one extra no-grad forward)
+    # 0: synchronous updates. k >= 1: rollouts for the next k updates overlap the learner; groups sampled more than
+    # k versions ago are never trained (bapsql.train.overlap)
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ConfigError(f"grpo.max_staleness: must be >= 0 (0 = synchronous), got {self.max_staleness}")
         if self.updates < 0 or self.max_new_tokens < 1 or self.lr <= 0:
             raise ConfigError("grpo: updates must be >= 0, max_new_tokens >= 1, lr > 0")
         if not 0 < self.top_p <= 1 or self.temperature < 0:

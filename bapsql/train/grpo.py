@@ -21,6 +21,13 @@ step per rollout batch, the default) it is ``logp.detach()``, so the ratio is 1 
 token count of the whole effective batch so micro-batches add up to the full-batch loss.
 
 Shapes: ``logp``, ``engine_logp``, ``old_logp``, ``ref_logp``, ``mask``: ``[B, T]``; ``advantages``: ``[B]``.
+
+Stale rollouts (``grpo.max_staleness: k``, `bapsql.train.overlap`): a group sampled by policy version ``v`` is
+trained by the learner at version ``u`` (``u − v ≤ k``). ``engine`` then holds the *behaviour* policy's logprobs
+(version ``v``, stored with the trajectory) and ``old`` the current policy's, so ``w`` is the truncated importance
+weight ``min(π_u / π_v, is_cap)`` per token — the same formula as the engine-vs-learner correction, which it
+subsumes. `importance_weights` is that weight as a pure numpy function (the reference the loss is tested against,
+and the statistics the loop logs).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class LossStats:
     mismatch: float  # Σ |old − engine|: engine-vs-learner logprob mismatch
     kl: float  # Σ k3(ref, logp), 0 without a reference
     pg: float  # Σ pg term (unnormalized)
+    is_weight_max: float = 0.0  # max over tokens of the untruncated weight exp(old − engine) (a max, not a sum)
 
 
 def group_advantages(rewards: np.ndarray, groups: np.ndarray, *, scale: AdvantageScale = "std",
@@ -131,15 +139,63 @@ def policy_loss(logp: Any, engine_logp: Any, advantages: Any, mask: Any, cfg: Lo
         mismatch=float((log_w.abs() * m).sum()),
         kl=float((kl.detach() * m).sum()) if kl is not None else 0.0,
         pg=float((pg.detach() * m).sum()),
+        is_weight_max=float((log_w.exp() * m).max()) if tokens else 0.0,
     )
     return loss, stats
 
 
 def sum_stats(stats: list[LossStats]) -> LossStats:
-    """Field-wise sum of micro-batch stats."""
+    """Field-wise sum of micro-batch stats (``is_weight_max``: the maximum)."""
     if not stats:
         return LossStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    return LossStats(*(sum(getattr(s, f) for s in stats) for f in LossStats.__dataclass_fields__))
+    return LossStats(*(max(getattr(s, f) for s in stats) if f == "is_weight_max" else
+                       sum(getattr(s, f) for s in stats) for f in LossStats.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class ImportanceWeights:
+    """Per-token truncated importance weights and their statistics over the masked tokens.
+
+    ``weights`` ``[B, T]``: ``min(exp(current − behaviour), cap)`` on mask-1 tokens, 0 elsewhere (1 on mask-1
+    tokens when ``cap`` ≤ 0: no correction). ``mean`` / ``max`` / ``min`` are of the *untruncated* ratio
+    ``exp(current − behaviour)`` except ``mean_truncated`` (of ``weights``); ``truncated_share`` is the share of
+    masked tokens whose ratio exceeded ``cap``. All statistics are 0 (``min`` 1) when no token is masked."""
+
+    weights: np.ndarray
+    tokens: int
+    mean: float
+    mean_truncated: float
+    max: float
+    min: float
+    truncated_share: float
+
+    def metrics(self, prefix: str = "importance/") -> dict[str, float]:
+        return {f"{prefix}ratio_mean": self.mean, f"{prefix}weight_mean": self.mean_truncated,
+                f"{prefix}ratio_max": self.max, f"{prefix}ratio_min": self.min,
+                f"{prefix}truncated_share": self.truncated_share, f"{prefix}tokens": float(self.tokens)}
+
+
+def importance_weights(current_logp: np.ndarray, behaviour_logp: np.ndarray, mask: np.ndarray, *,
+                       cap: float) -> ImportanceWeights:
+    """Truncated importance weights of tokens sampled by a behaviour policy and trained under the current one.
+
+    ``current_logp`` ``[B, T]``: the current (learner) policy's logprob of each token; ``behaviour_logp`` ``[B, T]``:
+    the logprob the sampling engine recorded (the policy version that sampled it); ``mask`` ``[B, T]`` (0/1): the
+    tokens the loss covers. Returns `ImportanceWeights` (weights ``[B, T]`` and statistics); the weights equal
+    `policy_loss`'s ``w`` for ``old = current``. When behaviour and current coincide every masked weight is 1."""
+    cur = np.asarray(current_logp, dtype=np.float64)
+    beh = np.asarray(behaviour_logp, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    if cur.shape != beh.shape or cur.shape != m.shape or cur.ndim != 2:
+        raise ValueError(f"current, behaviour and mask must all be [B, T], got {cur.shape}, {beh.shape}, {m.shape}")
+    ratio = np.exp(cur - beh)
+    w = np.where(m, np.minimum(ratio, cap) if cap > 0 else 1.0, 0.0)
+    n = int(m.sum())
+    if n == 0:
+        return ImportanceWeights(w, 0, 0.0, 0.0, 0.0, 1.0, 0.0)
+    r = ratio[m]
+    return ImportanceWeights(w, n, float(r.mean()), float(w[m].mean()), float(r.max()), float(r.min()),
+                             float((r > cap).mean()) if cap > 0 else 0.0)
 
 
 def policy_drift(policy_logp: Sequence[np.ndarray], ref_logp: Sequence[np.ndarray],

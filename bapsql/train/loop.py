@@ -19,6 +19,9 @@ metrics as an uninterrupted run. A starving filter never stops training: the upd
 
 ``reward_fn(group) -> [G]`` defaults to the configured BAP-SQL reward of the episode rows; tests and toy tasks may
 pass another.
+
+This is the synchronous loop (``grpo.max_staleness: 0``); `bapsql.train.overlap.PipelinedGRPOTrainer` overlaps
+rollouts with the learner and `bapsql.train.overlap.make_trainer` picks one by the config.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bapsql.errors import ConfigError
 from bapsql.logs.monitor import Monitor, NullMonitor
 from bapsql.train.batch import build_samples, group_outcome, group_reward_array
 from bapsql.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, prune, save_checkpoint
@@ -39,6 +43,7 @@ from bapsql.train.filter import DifficultyFilter, fill_update, histogram_metrics
 from bapsql.train.grpo import policy_drift
 from bapsql.train.learner import Sample
 from bapsql.train.sampler import TaskBudgetSampler
+from bapsql.train.staleness import PENDING_FILE
 from bapsql.train.weight_sync import Probe, SyncReport, WeightSync
 
 
@@ -49,6 +54,15 @@ class UpdateRecord:
     update: int
     metrics: dict[str, float]
     sync: SyncReport | None
+
+
+def add_idle_shares(m: dict[str, float]) -> None:
+    """Add ``time/engine_idle_share`` and ``time/learner_idle_share`` to an update's metrics: the share of its wall
+    time (``time/update_s``) the engines were not generating (``time/rollout_s``) and the learner was not working
+    (``time/learner_s`` + ``time/drift_s``)."""
+    wall = m["time/update_s"] or 1.0
+    m["time/engine_idle_share"] = max(0.0, 1.0 - m["time/rollout_s"] / wall)
+    m["time/learner_idle_share"] = max(0.0, 1.0 - (m["time/learner_s"] + m.get("time/drift_s", 0.0)) / wall)
 
 
 class GRPOTrainer:
@@ -81,6 +95,7 @@ class GRPOTrainer:
         """Restore the latest checkpoint when ``resume`` (and one exists), then sync the engines to the learner."""
         ckpt = latest_checkpoint(self.checkpoint_dir) if resume else None
         if ckpt is not None:
+            self._check_resumable(ckpt)
             state = load_checkpoint(ckpt, self.learner)
             self.sampler.load_state_dict(state.sampler)
             self.filter.load_state_dict(state.filter)
@@ -88,28 +103,20 @@ class GRPOTrainer:
         self.started = True
         return self.sync.sync(self.update)
 
+    def _check_resumable(self, ckpt: Path) -> None:
+        """The synchronous loop cannot continue a pipelined run: rollouts that run generated for later updates
+        (``pending.pkl``) would never be trained, and its data order would differ."""
+        if (ckpt / PENDING_FILE).is_file():
+            raise ConfigError(f"{ckpt} was written by a pipelined run (grpo.max_staleness >= 1) and holds rollouts for "
+                              "later updates; resume it with the same grpo.max_staleness")
+
     # -------------------------------------------------------------------------------------------------- update
     def step(self) -> UpdateRecord:
         """Run one update (see the module docstring)."""
         if not self.started:
             raise RuntimeError("call start() before step()")
         t0 = time.perf_counter()
-        version = self.update
-        rollout_s = 0.0
-        drawn_groups: list[list[Any]] = []
-        generated = 0
-
-        def draw(k: int) -> list[list[Any]]:
-            nonlocal rollout_s, generated
-            t = time.perf_counter()
-            groups = self.rollouts.play(self.sampler.draw(k), version)
-            rollout_s += time.perf_counter() - t
-            last = getattr(self.rollouts, "last", None)
-            generated += int(getattr(last, "generated_tokens", 0) or 0)
-            drawn_groups.extend(groups)
-            return groups
-
-        fill = fill_update(self.filter, draw, group_outcome)
+        fill, drawn_groups, rollout_s, generated = self._fill(self.update)
         t_filter = time.perf_counter()
         samples, info = self._samples(fill.kept)
         filter_s = (t_filter - t0 - rollout_s) + (time.perf_counter() - t_filter)
@@ -127,12 +134,33 @@ class GRPOTrainer:
                                 {"rollout": rollout_s, "filter": filter_s, "learner": learner_s,
                                  "sync": report.seconds, "update": time.perf_counter() - t0})
         metrics.update(drift)
+        add_idle_shares(metrics)
         self.monitor.log(metrics, step=self.update)
         if self.update % self.cfg.checkpoint.every == 0:
             self.checkpoint()
         record = UpdateRecord(self.update, metrics, report)
         self.history.append(record)
         return record
+
+    def _fill(self, version: int) -> tuple[Any, list[list[Any]], float, int]:
+        """One update's groups sampled with policy ``version``: draw prompts, play them, judge and refill
+        (`fill_update`). Returns (fill result, every drawn group, seconds spent in rollouts, tokens generated)."""
+        rollout_s = 0.0
+        drawn_groups: list[list[Any]] = []
+        generated = 0
+
+        def draw(k: int) -> list[list[Any]]:
+            nonlocal rollout_s, generated
+            t = time.perf_counter()
+            groups = self.rollouts.play(self.sampler.draw(k), version)
+            rollout_s += time.perf_counter() - t
+            last = getattr(self.rollouts, "last", None)
+            generated += int(getattr(last, "generated_tokens", 0) or 0)
+            drawn_groups.extend(groups)
+            return groups
+
+        fill = fill_update(self.filter, draw, group_outcome)
+        return fill, drawn_groups, rollout_s, generated
 
     def _drift(self, samples: Sequence[Sample]) -> dict[str, float]:
         """Policy drift from the SFT model on this update's samples (`bapsql.train.grpo.policy_drift`): the
@@ -168,9 +196,14 @@ class GRPOTrainer:
         """Save the checkpoint of the current update and prune old ones."""
         path = save_checkpoint(self.checkpoint_dir, self.learner, TrainState(
             update=self.update, sampler=self.sampler.state_dict(), filter=self.filter.state_dict(),
-            extra={"policy_version": self.update}))
+            extra={"policy_version": self.update, "max_staleness": self.cfg.grpo.max_staleness}),
+            files=self._checkpoint_files())
         prune(self.checkpoint_dir, self.cfg.checkpoint.keep)
         return path
+
+    def _checkpoint_files(self) -> dict[str, bytes]:
+        """Extra files of a checkpoint (none here; the pipelined loop saves its pending rollouts)."""
+        return {}
 
     # ------------------------------------------------------------------------------------------------- metrics
     def _metrics(self, drawn: Sequence[Sequence[Any]], fill: Any, info: Any, lm: Any, report: SyncReport,
@@ -201,7 +234,8 @@ class GRPOTrainer:
             m.update({"learner/loss": lm.loss, "learner/grad_norm": lm.grad_norm, "learner/lr": lm.lr,
                       "learner/sequences": float(lm.sequences), "learner/policy_tokens": st.tokens,
                       "learner/clip_frac": st.clipped / n, "learner/is_weight_mean": st.is_weight / n,
-                      "learner/is_truncated_frac": st.is_truncated / n, "learner/kl": st.kl / n,
+                      "learner/is_truncated_frac": st.is_truncated / n, "learner/is_weight_max": st.is_weight_max,
+                      "learner/kl": st.kl / n,
                       "mismatch/logprob_abs_mean": st.mismatch / n,
                       "throughput/learner_tokens_per_s": lm.tokens_per_s})
         m["throughput/rollout_tokens_per_s"] = generated / times["rollout"] if times["rollout"] > 0 else 0.0

@@ -179,7 +179,8 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[st
     need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
     raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
     if lora:
-        raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)))
+        raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)),
+                   max_loras=max(cfg.grpo.max_staleness + 1, int(raw.get("max_loras", 1) or 1)))  # k+1 versions
     ec = load_engine_config(raw, "rollout.engine")
     if ec.max_model_len < need:
         raise ConfigError(f"rollout.engine.max_model_len: {ec.max_model_len} cannot hold the largest budget's "
@@ -197,7 +198,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.driver import DriverConfig
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
-    from bapsql.train.loop import GRPOTrainer
+    from bapsql.train.overlap import make_trainer
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 
@@ -244,10 +245,10 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
                            config=dataclasses.asdict(cfg), dir=grpo_dir)
     history_path = grpo_dir / "history.jsonl"
     try:
-        trainer = GRPOTrainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
-                              probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
-                                               **cfg.model.chat_template_kwargs),
-                              run_dir=grpo_dir, monitor=monitor)
+        trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
+                               probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
+                                                **cfg.model.chat_template_kwargs),
+                               run_dir=grpo_dir, monitor=monitor)
         first = trainer.start(resume=resume)
         resumed_from = trainer.update
         if not resume and history_path.exists():

@@ -39,7 +39,7 @@ def setup(tmp_path_factory):
     add_eos(model_dir, first[eos_at])
     hf = make_engine(EngineConfig(kind="hf", model=str(model_dir), max_model_len=1024, num_threads=1))
     vllm = make_engine(EngineConfig(kind="vllm", model=str(model_dir), max_model_len=1024, enable_lora=True,
-                                    max_lora_rank=32, kv_cache_space_gb=1, max_num_seqs=32))
+                                    max_lora_rank=32, max_loras=2, kv_cache_space_gb=1, max_num_seqs=32))
     yield {"dir": model_dir, "prompts": prompts, "hf": hf, "vllm": vllm, "eos": first[eos_at]}
     vllm.close()
     hf.close()
@@ -135,7 +135,8 @@ def test_lora_adapter_updates_in_place(setup, tmp_path):
     write_lora(model_dir, adapter_dir, seed=2)  # new weights, same folder, same name
     v2 = vllm.load_adapter(str(adapter_dir), "policy", 2)
     h2 = hf.load_adapter(str(adapter_dir), "policy", 2)
-    assert v2.lora_id == v1.lora_id
+    assert v2.lora_id != v1.lora_id  # each version is its own LoRA in vLLM (v1 is gone: nothing uses it)
+    assert vllm.loaded_versions() == {"policy": [2]}
     out2 = vllm.generate(prompts, [GREEDY] * len(prompts), adapter=v2)
     ref2 = hf.generate(prompts, [GREEDY] * len(prompts), adapter=h2)
     assert [g.completion_ids for g in out2] == [g.completion_ids for g in ref2]
@@ -151,6 +152,32 @@ def test_lora_adapter_updates_in_place(setup, tmp_path):
         vllm.generate(prompts[:1], [GREEDY], adapter=v1)
     with pytest.raises(EngineError, match="adapter_config"):
         vllm.load_adapter(str(tmp_path / "missing"), "policy", 3)
+
+
+def test_an_adapter_swap_with_requests_in_flight_finishes_them_on_the_old_adapter(setup, tmp_path):
+    """Pipelined GRPO's weight sync while rollouts run: requests admitted under v1 finish on v1 (same tokens and
+    logprobs as a v1-only run), requests admitted after v2 was loaded sample from v2."""
+    pytest.importorskip("peft")
+    vllm, prompts, model_dir = setup["vllm"], setup["prompts"], setup["dir"]
+    long = SamplingParams(max_tokens=40, temperature=1.0, seed=7)
+    short = SamplingParams(max_tokens=2, temperature=1.0, seed=8)
+    v1 = vllm.load_adapter(str(write_lora(model_dir, tmp_path / "v1", seed=11)), "swap", 1)
+    want_old = vllm.generate([prompts[1]], [long], adapter=v1)[0]
+
+    got = dict(vllm.step([("old", prompts[1], long), ("short", prompts[0], short)], adapter=v1))
+    assert "old" not in got and vllm.in_flight() == 1  # the long v1 request is still decoding
+    v2 = vllm.load_adapter(str(write_lora(model_dir, tmp_path / "v2", seed=12)), "swap", 2)
+    assert vllm.loaded_versions()["swap"] == [1, 2]  # v1 stays while its request runs
+    with pytest.raises(EngineError, match="replaced"):
+        vllm.step([("late", prompts[2], long)], adapter=v1)  # new requests never start on the old version
+    got.update(vllm.step([("new", prompts[1], long)], adapter=v2))
+    while vllm.in_flight():
+        got.update(vllm.step([]))
+    assert vllm.loaded_versions()["swap"] == [2]  # retired once its last request finished
+    want_new = vllm.generate([prompts[1]], [long], adapter=v2)[0]
+    assert got["old"].completion_ids == want_old.completion_ids and _close(got["old"].logprobs, want_old.logprobs)
+    assert got["new"].completion_ids == want_new.completion_ids and _close(got["new"].logprobs, want_new.logprobs)
+    assert not _close(want_old.logprobs, want_new.logprobs, 1e-3)
 
 
 def test_step_admits_requests_while_others_decode_and_matches_generate(setup):

@@ -154,3 +154,73 @@ def test_policy_drift_matches_reference_and_k3_is_nonnegative(seqs):
     assert out["drift/kl_k1"] == pytest.approx(k1, abs=1e-9) and out["drift/kl_k3"] == pytest.approx(k3, abs=1e-9)
     assert out["drift/kl_k3"] >= 0
     assert policy_drift(policy, policy, masks)["drift/kl_k3"] == 0.0
+
+
+# ------------------------------------------------------------------------------------- importance weights (stale)
+def ref_importance(current, behaviour, mask, cap):
+    """Slow reference: one token at a time."""
+    w = [[0.0] * len(current[0]) for _ in current]
+    ratios = []
+    for b in range(len(current)):
+        for t in range(len(current[0])):
+            if mask[b][t]:
+                r = math.exp(current[b][t] - behaviour[b][t])
+                ratios.append(r)
+                w[b][t] = min(r, cap) if cap > 0 else 1.0
+    return w, ratios
+
+
+logprob_grid = st.integers(1, 4).flatmap(lambda b: st.integers(1, 6).flatmap(lambda t: st.tuples(
+    st.lists(st.lists(st.floats(-8, 0), min_size=t, max_size=t), min_size=b, max_size=b),
+    st.lists(st.lists(st.floats(-8, 0), min_size=t, max_size=t), min_size=b, max_size=b),
+    st.lists(st.lists(st.integers(0, 1), min_size=t, max_size=t), min_size=b, max_size=b))))
+
+
+@settings(max_examples=150, deadline=None)
+@given(logprob_grid, st.sampled_from([0.0, 1.5, 2.0, 5.0]))
+def test_importance_weights_match_the_reference_loop(grid, cap):
+    from bapsql.train.grpo import importance_weights
+
+    cur, beh, mask = grid
+    got = importance_weights(np.array(cur), np.array(beh), np.array(mask), cap=cap)
+    want, ratios = ref_importance(cur, beh, mask, cap)
+    np.testing.assert_allclose(got.weights, want, rtol=1e-12, atol=0)
+    assert got.tokens == len(ratios)
+    if ratios:
+        assert got.mean == pytest.approx(sum(ratios) / len(ratios), rel=1e-9)
+        assert got.max == pytest.approx(max(ratios), rel=1e-12) and got.min == pytest.approx(min(ratios), rel=1e-12)
+        assert got.truncated_share == (sum(r > cap for r in ratios) / len(ratios) if cap > 0 else 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(logprob_grid, st.sampled_from([0.0, 1.0, 2.0]))
+def test_importance_weights_are_one_when_behaviour_is_the_current_policy(grid, cap):
+    from bapsql.train.grpo import importance_weights
+
+    cur, _, mask = grid
+    got = importance_weights(np.array(cur), np.array(cur), np.array(mask), cap=cap)
+    m = np.array(mask, dtype=bool)
+    assert np.all(got.weights[m] == 1.0) and np.all(got.weights[~m] == 0.0)
+    assert got.truncated_share == 0.0 and (got.tokens == 0 or got.mean == got.max == got.min == 1.0)
+
+
+def test_the_loss_applies_exactly_the_importance_weights():
+    """policy_loss's per-token weight is importance_weights(current = learner, behaviour = engine): stale rollouts
+    (engine logprobs of an older policy) are corrected by the same truncated ratio."""
+    from bapsql.train.grpo import importance_weights
+
+    g = torch.Generator().manual_seed(3)
+    B, T = 3, 9
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    behaviour = logp - torch.randn(B, T, generator=g, dtype=torch.float64)  # an older policy, ratio up to ~e^3
+    mask = (torch.rand(B, T, generator=g) > 0.3).double()
+    adv = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+    cfg = LossConfig(is_cap=2.0)
+    loss, stats = policy_loss(logp.clone().requires_grad_(True), behaviour, adv, mask, cfg)
+    iw = importance_weights(logp.numpy(), behaviour.numpy(), mask.numpy(), cap=cfg.is_cap)
+    assert stats.is_weight == pytest.approx(iw.weights.sum(), rel=1e-12)
+    assert stats.is_truncated == pytest.approx(iw.truncated_share * iw.tokens)
+    assert stats.is_weight_max == pytest.approx(iw.max, rel=1e-12)
+    # ratio = 1 in value (one optimizer step per batch): loss = −Σ w·A / tokens
+    want = -(iw.weights * adv.numpy()[:, None]).sum() / iw.tokens
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-12)

