@@ -128,12 +128,18 @@ class GRPOTrainer:
             learner_metrics = self.learner.grpo_update(samples, self.cfg.grpo.loss)
         learner_s = time.perf_counter() - t_learn
 
+        return self._finish(drawn_groups, fill, info, learner_metrics, generated,
+                            {"rollout": rollout_s, "filter": filter_s, "learner": learner_s}, t0, drift)
+
+    def _finish(self, drawn: Sequence[Sequence[Any]], fill: Any, info: Any, lm: Any, generated: int,
+                times: dict[str, float], t0: float, extra: dict[str, float]) -> UpdateRecord:
+        """Close an update: sync the new version to the engines, log its metrics (``times`` plus the sync and the
+        whole update's seconds since ``t0``, then ``extra``), checkpoint when due."""
         self.update += 1
         report = self.sync.sync(self.update)
-        metrics = self._metrics(drawn_groups, fill, info, learner_metrics, report, generated,
-                                {"rollout": rollout_s, "filter": filter_s, "learner": learner_s,
-                                 "sync": report.seconds, "update": time.perf_counter() - t0})
-        metrics.update(drift)
+        metrics = self._metrics(drawn, fill, info, lm, report, generated,
+                                {**times, "sync": report.seconds, "update": time.perf_counter() - t0})
+        metrics.update(extra)
         add_idle_shares(metrics)
         self.monitor.log(metrics, step=self.update)
         if self.update % self.cfg.checkpoint.every == 0:

@@ -56,7 +56,7 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.train.checkpoint import latest_checkpoint
 from bapsql.train.config import TrainConfig
-from bapsql.train.loop import GRPOTrainer, UpdateRecord, add_idle_shares
+from bapsql.train.loop import GRPOTrainer, UpdateRecord
 from bapsql.train.staleness import (PENDING_FILE, PendingBatch, dumps_pending, group_version, loads_pending,
                                     staleness_gate, staleness_metrics)
 from bapsql.train.weight_sync import SyncReport
@@ -154,18 +154,6 @@ class PipelinedGRPOTrainer(GRPOTrainer):
             self.pending.appendleft(batch)  # not trained: a retry of this update takes it again
             raise box["error"]
 
-        self.update += 1
-        report = self.sync.sync(self.update)
-        metrics = self._metrics(batch.drawn, batch.fill, info, box["lm"], report, generated,
-                                {"rollout": rollout_s, "filter": filter_s, "learner": box["learner_s"],
-                                 "sync": report.seconds, "update": time.perf_counter() - t0})
-        metrics.update(box["drift"])
-        metrics.update(staleness_metrics(versions, u, k))
-        metrics["staleness/batch_version"] = float(batch.version)
-        add_idle_shares(metrics)
-        self.monitor.log(metrics, step=self.update)
-        if self.update % self.cfg.checkpoint.every == 0:
-            self.checkpoint()
-        record = UpdateRecord(self.update, metrics, report)
-        self.history.append(record)
-        return record
+        extra = {**box["drift"], **staleness_metrics(versions, u, k), "staleness/batch_version": float(batch.version)}
+        return self._finish(batch.drawn, batch.fill, info, box["lm"], generated,
+                            {"rollout": rollout_s, "filter": filter_s, "learner": box["learner_s"]}, t0, extra)
