@@ -39,12 +39,9 @@ log = logging.getLogger(__name__)
 PAGE = Path(__file__).resolve().parent / "static" / "index.html"
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
-    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413 (announced or streamed)."""
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413, whether announced (Content-Length) or
+    streamed (chunked): the body is read in full — at most ``limit`` bytes — before the route sees it."""
 
     def __init__(self, app: Any, limit: int):
         self.app, self.limit = app, limit
@@ -52,31 +49,31 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        message = {"error": f"request body over {self.limit} bytes; send a JSON object like {json.dumps(EXPECTED)}"}
+        refuse = JSONResponse({"error": f"request body over {self.limit} bytes; send a JSON object like "
+                                        f"{json.dumps(EXPECTED)}"}, status_code=413)
         length = dict(scope.get("headers") or ()).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await JSONResponse(message, status_code=413)(scope, receive, send)
-        seen, started = 0, False
-
-        async def limited() -> dict:
-            nonlocal seen
+            return await refuse(scope, receive, send)
+        chunks, seen, more = [], 0, True
+        while more:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return msg
+            if msg["type"] != "http.request":  # the client went away
+                return
+            chunks.append(msg.get("body", b""))
+            seen += len(chunks[-1])
+            more = msg.get("more_body", False)
+            if seen > self.limit:
+                return await refuse(scope, receive, send)
+        body, replayed = b"".join(chunks), False
 
-        async def tracked(msg: dict) -> None:
-            nonlocal started
-            started = started or msg["type"] == "http.response.start"
-            await send(msg)
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-        try:
-            await self.app(scope, limited, tracked)
-        except _TooLarge:
-            if not started:
-                await JSONResponse(message, status_code=413)(scope, receive, send)
+        await self.app(scope, replay, send)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
