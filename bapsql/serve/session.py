@@ -131,7 +131,9 @@ class Asker:
         self.template = load_template(tok_dir)
         self.agent_config = AgentConfig(model_dir=str(tok_dir), max_tokens=options.max_tokens,
                                         temperature=options.temperature, max_model_len=engine_config.max_model_len)
-        self.token_counter_spec = str(tok_dir)
+        from bapsql.tokens import load_token_counter
+
+        self.token_counter = load_token_counter(str(tok_dir))  # shared by the threads (the tokenizer is reentrant)
         self.calibration, self.cache_dir = calibration, cache_dir
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="serve-episode")
         self.db_clock = _Clock()
@@ -150,10 +152,9 @@ class Asker:
         if slot is None:
             from bapsql.env.episode import BudgetedSQLEnv
             from bapsql.env.handles import DatabaseHandles
-            from bapsql.tokens import load_token_counter
 
             handles = _timed_handles(DatabaseHandles, self.db_clock)(
-                load_token_counter(self.token_counter_spec), calibration=self.calibration, cache_dir=self.cache_dir,
+                self.token_counter, calibration=self.calibration, cache_dir=self.cache_dir,
                 max_open=max(1, len(self.registry)))
             env = BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=self.env_options)
             slot = self._local.slot = _Slot(env, handles)
