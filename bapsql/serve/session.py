@@ -13,7 +13,8 @@ Contract of `Asker.ask(db, question, level, on_turn=None)` (blocking; the web ap
   (`bapsql.serve.views.turn_view`) as soon as it is played;
 - a finished episode goes to the trajectory writer (schema v3: the turns carry the latency split) once, under its
   own episode id, with method ``model.<served model>@<condition>`` — so `bapsql analyze LOG_DIR` reads served
-  traffic; `flush()` makes buffered episodes durable (the app flushes every few seconds and at shutdown);
+  traffic; `flush()` writes the finished episodes to Parquet off the request path (the app calls it every
+  ``flush_s`` seconds and at shutdown; a crash loses at most the episodes of the last ``flush_s`` seconds);
 - an engine failure propagates (`EngineError` / `EngineUnavailable`: the app answers 503) and that unfinished
   episode is not logged.
 """
@@ -141,9 +142,9 @@ class Asker:
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self.writer = TrajectoryWriter(options.log_dir, RUN, flush_every=1 << 30)
-        self._pending = 0
-        self._last_flush = time.monotonic()
-        self.logged = 0  # episodes handed to the writer
+        self._unwritten: list[tuple[dict, tuple]] = []  # finished episodes' rows not yet handed to the writer
+        self._flush_lock = threading.Lock()
+        self.logged = 0  # episodes finished and queued for the log
         self._closed = False
 
     # -- per-thread env ------------------------------------------------------------------------------------------
@@ -223,20 +224,20 @@ class Asker:
         for row, (model_s, db_s, harness_s) in zip(turns, timings):
             row.update(model_s=round(model_s, 6), db_s=round(db_s, 6), harness_s=round(harness_s, 6))
         with self._lock:
-            self.writer.add_episode(ep, turns)
+            self._unwritten.append((ep, turns))
             self.logged += 1
-            self._pending += 1
-        if time.monotonic() - self._last_flush >= self.options.flush_s:
-            self.flush()
 
     def flush(self) -> int:
-        """Write buffered episodes to Parquet; returns how many became durable."""
-        with self._lock:
-            n, self._pending = self._pending, 0
-            if n:
+        """Hand the finished episodes to the writer and write them to Parquet (off the request path: the app calls
+        it every ``flush_s`` seconds and at shutdown); returns how many became durable."""
+        with self._flush_lock:
+            with self._lock:
+                batch, self._unwritten = self._unwritten, []
+            for ep, turns in batch:
+                self.writer.add_episode(ep, turns)
+            if batch:
                 self.writer.flush()
-            self._last_flush = time.monotonic()
-        return n
+        return len(batch)
 
     def close(self) -> None:
         """Finish running episodes, flush the log, close the databases (idempotent; the engine is the caller's)."""
@@ -244,6 +245,7 @@ class Asker:
             return
         self._closed = True
         self.pool.shutdown(wait=True)
+        self.flush()
         with self._lock:
             self.writer.close()
             for slot in self._slots:
