@@ -152,3 +152,23 @@ def test_api_key_comes_from_the_environment(monkeypatch):
     eng.close()
     with pytest.raises(EngineError, match="cannot load adapters"):
         eng.load_adapter("x", "y", 1)
+
+
+def test_eval_posthoc_engine_path_takes_a_chat_engine_yaml(tmp_path):
+    """What `bapsql eval --posthoc-engine chat.yaml` builds (bapsql.rollout.runner.evaluate): the engine from the
+    YAML and the chat template of its tokenizer folder, deciding a post-hoc control through the chat API."""
+    from bapsql.env.posthoc import ResultShape
+    from bapsql.rollout.posthoc_engine import SYSTEM, EngineController
+
+    shape = ResultShape(600, ("id", "name"), 6, 6, 4200, 35, 70, "result_tokens")
+    with ScriptedChatServer({"Which control?": ["profile"]}) as server:
+        yaml = tmp_path / "chat.yaml"
+        yaml.write_text(f"engine: {{kind: openai_chat, model: scripted, base_url: '{server.base_url}'}}\n")
+        ecfg = load_engine_config(yaml)
+        engine = make_engine(ecfg)
+        try:
+            choice = EngineController(engine, ChatTemplate.from_dir(ecfg.tokenizer_dir or ecfg.model)).choose(shape)
+        finally:
+            engine.close()
+    assert choice.control == "profile" and choice.prompt_tokens > 20
+    assert server.requests[0]["messages"][0] == {"role": "system", "content": SYSTEM}

@@ -1,5 +1,6 @@
 """A sweep of a hosted chat model: ``model:chat`` with an ``openai_chat`` engine (YAML config) played by the
-sweep's agent loop (continuous batching through `Engine.step`) against a scripted chat server on loopback."""
+sweep's agent loop (continuous batching through `Engine.step`) against a scripted chat server on loopback.
+(`bapsql eval` takes an engine only as ``--posthoc-engine``: tests/rollout/test_engines_openai_chat.py.)"""
 
 from __future__ import annotations
 
@@ -42,3 +43,4 @@ workers: {{env_workers: 1}}
     eps = read_table(tmp_path / "run", "episodes").to_pandas()
     assert (eps.method == "model.chat@full").all() and eps.success.all()
     assert len(server.requests) == 16 and all("messages" in r for r in server.requests)
+

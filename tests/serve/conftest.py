@@ -98,7 +98,7 @@ class LiveService:
 
 
 def build_service(db_paths, engine_url: str, log_dir: Path, *, api_key: str | None = None, concurrency: int = 4,
-                  max_retries: int = 0, **app_kw):
+                  max_retries: int = 0, model: str = "scripted", max_tokens: int = 512, **app_kw):
     """(asker, engine, app) over ``db_paths`` with an openai_chat engine at ``engine_url``."""
     from bapsql.rollout.engines.factory import engine_config_from_spec, make_engine
     from bapsql.serve.app import create_app
@@ -107,9 +107,10 @@ def build_service(db_paths, engine_url: str, log_dir: Path, *, api_key: str | No
     from bapsql.tokens import load_token_counter
     import dataclasses
 
-    cfg = dataclasses.replace(engine_config_from_spec(f"openai_chat:{engine_url}", model="scripted"),
+    cfg = dataclasses.replace(engine_config_from_spec(f"openai_chat:{engine_url}", model=model),
                               max_retries=max_retries, retry_backoff_s=0.0, timeout_s=10)
     registry = DatabaseRegistry.open(db_paths, load_token_counter(str(cfg.tokenizer_dir)))
     engine = make_engine(cfg)
-    asker = Asker(engine, cfg, registry, ServeOptions(concurrency=concurrency, log_dir=str(log_dir), flush_s=0.2))
+    asker = Asker(engine, cfg, registry, ServeOptions(concurrency=concurrency, log_dir=str(log_dir), flush_s=0.2,
+                                                             max_tokens=max_tokens))
     return asker, engine, create_app(asker, api_key=api_key, engine_label="openai_chat:test", **app_kw)
