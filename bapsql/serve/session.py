@@ -172,7 +172,7 @@ class Asker:
         from bapsql.rollout.agent import ModelAgent
         from bapsql.types import Task
 
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         queue_s = start - submitted if submitted is not None else 0.0
         entry = self.registry[db]
         budget = self.ladder[level]
@@ -186,22 +186,26 @@ class Asker:
         agent.reset(task, budget)
         pending_harness = time.perf_counter() - start  # reset: charged to the first turn
         pending_db = self.db_clock.total - db0
+        pending_cpu = time.thread_time() - cpu_start
         turns: list[dict] = []
         timings: list[tuple[float, float, float]] = []
         while not agent.done:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             req = agent.request()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.thread_time()
             gen = self.engine.generate([req.prompt_ids], [req.params])[0]
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.thread_time()
             db0 = self.db_clock.total
             text = agent.advance(gen)
-            t3 = time.perf_counter()
+            t3, c3 = time.perf_counter(), time.thread_time()
             db_s = self.db_clock.total - db0 + pending_db
             harness_s = max(0.0, (t1 - t0) + (t3 - t2) + pending_harness - db_s)
             pending_harness = pending_db = 0.0
             timings.append((t2 - t1, db_s, harness_s))
             view = views.turn_view(agent.info, slot.env.turn_records[-1], gen, text, timings[-1])
+            # CPU seconds of this thread in the harness and database work (load-independent, unlike wall time)
+            view["latency"]["harness_cpu_s"] = round((c1 - c0) + (c3 - c2) + pending_cpu, 6)
+            pending_cpu = 0.0
             turns.append(view)
             if on_turn is not None:
                 on_turn(view)
