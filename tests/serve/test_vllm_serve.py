@@ -36,8 +36,8 @@ def vllm_url(tmp_path_factory):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                              "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-                             "--max-model-len", "4096", "--dtype", "float32", "--max-num-seqs", "4",
-                             "--disable-log-requests"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "--max-model-len", "4096", "--dtype", "float32", "--max-num-seqs", "4"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + STARTUP_S
     try:
