@@ -56,6 +56,11 @@ class EngineError(BapsqlError):
     """Raised when a model engine cannot be started or fails to generate."""
 
 
+class EngineUnavailable(EngineError):
+    """Raised when an HTTP engine's server cannot be reached, times out, or still answers 429 / 5xx after the
+    retries (the service answers 503: try again later)."""
+
+
 class WeightSyncError(BapsqlError):
     """Raised when the engine's logprobs on the check prompt disagree with the learner's after a weight sync."""
 

@@ -137,7 +137,9 @@ def _turns(rng: np.random.Generator, ep: dict, n_turns: np.ndarray) -> pa.Table:
         result_tokens_after=zeros, vm_steps_before=zeros, vm_steps_after=zeros, prompt_tokens=zeros,
         completion_tokens=zeros, db_wait_s=np.zeros(m, np.float64),
     )
-    return pa.Table.from_pydict({f.name: cols[f.name] for f in TURNS_SCHEMA}, schema=TURNS_SCHEMA)
+    # columns a synthetic run does not model (the served latency split, v3) are null, as in real unmeasured runs
+    return pa.Table.from_pydict({f.name: cols[f.name] if f.name in cols else pa.nulls(m, f.type)
+                                 for f in TURNS_SCHEMA}, schema=TURNS_SCHEMA)
 
 
 def write_run(run_dir: str | Path, episodes: pa.Table, turns: pa.Table | None = None) -> Path:

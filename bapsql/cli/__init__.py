@@ -22,6 +22,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("bapsql.cli.data", "data"),
     ("bapsql.cli.sweep", "sweep_cmd"),
     ("bapsql.cli.model", "model"),
+    ("bapsql.cli.serve", "serve_cmd"),
 )
 
 

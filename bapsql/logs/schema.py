@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: the condition column (methods are POLICY@CONDITION)
+SCHEMA_VERSION = 3  # 2: the condition column (methods are POLICY@CONDITION); 3: turn latency split (served)
 
 # Why an unsuccessful episode failed (empty string for successes). Used by the failure taxonomy of the analysis.
 FAILURE_KINDS: tuple[str, ...] = (
@@ -119,6 +119,11 @@ TURNS_SCHEMA = pa.schema(
         pa.field("prompt_tokens", pa.int64(), nullable=False),
         pa.field("completion_tokens", pa.int64(), nullable=False),
         pa.field("db_wait_s", pa.float64()),  # seconds the turn waited for another program's lock on the database
+        # v3, served episodes (bapsql.serve): the turn's wall time split into the engine call, the estimator /
+        # shield calls, and the rest of the harness; null where a runner does not measure them
+        pa.field("model_s", pa.float64()),
+        pa.field("db_s", pa.float64()),
+        pa.field("harness_s", pa.float64()),
     ]
 )
 

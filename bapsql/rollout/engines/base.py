@@ -48,8 +48,9 @@ from bapsql.config import from_mapping, read_yaml
 from bapsql.errors import ConfigError, EngineError
 
 FinishReason = Literal["stop", "length"]
-EngineKind = Literal["vllm", "hf", "openai"]
-ENGINE_KINDS: tuple[str, ...] = ("vllm", "hf", "openai")
+EngineKind = Literal["vllm", "hf", "openai", "openai_chat"]
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "hf", "openai", "openai_chat")
+HTTP_KINDS: tuple[str, ...] = ("openai", "openai_chat")  # engines that talk to a server over HTTP
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Generation:
     text: str
     logprobs: tuple[float, ...] | None
     finish_reason: FinishReason
+    usage: tuple[int, int] | None = None  # (prompt, completion) tokens as a server counted them, when it said
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids):
@@ -170,6 +172,10 @@ class EngineConfig:
     folder holding ``tokenizer.json`` (default: ``model`` when it is a folder); the openai engine uses it to decode
     completions and, when the server takes no token-id prompts, to detokenize prompts. ``token_prompts`` says
     whether the openai engine sends token-id prompts (``auto``: try, fall back to text on a 400/422 answer).
+    The openai_chat engine retries a 429 / 5xx answer or a failed connection ``max_retries`` times, waiting
+    ``retry_backoff_s * 2**attempt`` seconds (or the server's ``Retry-After``, at most 30 s); ``timeout_s`` bounds
+    each request and ``max_num_seqs`` the requests in flight. ``openai_chat`` (`bapsql.rollout.engines.openai_chat`)
+    without ``tokenizer`` and a model folder uses the packaged tokenizer.
     """
 
     kind: EngineKind
@@ -192,6 +198,8 @@ class EngineConfig:
     api_key_env: str = ""
     token_prompts: Literal["auto", "always", "never"] = "auto"
     timeout_s: float = 120.0
+    max_retries: int = 3
+    retry_backoff_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
@@ -209,18 +217,28 @@ class EngineConfig:
             raise ConfigError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.timeout_s <= 0:
             raise ConfigError(f"engine.timeout_s: must be > 0, got {self.timeout_s}")
-        if self.kind == "openai" and not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError("engine.base_url: the openai engine needs the server's URL, "
+        if self.max_retries < 0 or self.retry_backoff_s < 0:
+            raise ConfigError(f"engine.max_retries / retry_backoff_s: must be >= 0, got {self.max_retries} / "
+                              f"{self.retry_backoff_s}")
+        if self.kind in HTTP_KINDS and not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"engine.base_url: the {self.kind} engine needs the server's URL, "
                               "e.g. http://127.0.0.1:8000/v1")
-        if self.kind != "openai" and (self.base_url or self.api_key_env):
-            raise ConfigError(f"engine.base_url / api_key_env: only for kind openai, not {self.kind}")
+        if self.kind not in HTTP_KINDS and (self.base_url or self.api_key_env):
+            raise ConfigError(f"engine.base_url / api_key_env: only for kinds {list(HTTP_KINDS)}, not {self.kind}")
 
     @property
     def tokenizer_dir(self) -> Path | None:
-        """The folder holding ``tokenizer.json``: ``tokenizer`` if set, else ``model`` if it is a folder."""
+        """The folder holding ``tokenizer.json``: ``tokenizer`` if set, else ``model`` if it is a folder, else (for
+        ``openai_chat`` only) the packaged tokenizer."""
         if self.tokenizer:
             return Path(self.tokenizer)
-        return Path(self.model) if Path(self.model).is_dir() else None
+        if Path(self.model).is_dir():
+            return Path(self.model)
+        if self.kind == "openai_chat":
+            from bapsql.tokens import DEFAULT_TOKENIZER_DIR
+
+            return DEFAULT_TOKENIZER_DIR
+        return None
 
 
 def load_engine_config(source: Mapping[str, Any] | str | Path, where: str = "engine") -> EngineConfig:

@@ -1,0 +1,102 @@
+"""``bapsql serve``: budgeted question answering over your own SQLite files, as an HTTP service with a web page."""
+
+from __future__ import annotations
+
+import click
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@click.command("serve")
+@click.option("--db", "dbs", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="An SQLite file to answer about (repeatable); requests name it by its stem (shop.db -> shop).")
+@click.option("--engine", required=True, metavar="YAML|openai_chat:URL",
+              help="Engine YAML, or openai_chat:URL for an OpenAI-compatible chat API (URL ends in /v1).")
+@click.option("--model", default=None, help="The served model's name (required with openai_chat:URL).")
+@click.option("--condition", default="full", show_default=True, help="Condition every episode runs under.")
+@click.option("--budget", "default_budget", default="S", show_default=True,
+              help="Budget level of requests that name none.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback by default).")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--api-key-env", default=None, metavar="VAR",
+              help="Require 'Authorization: Bearer $VAR' on every /v1 request.")
+@click.option("--log-dir", default="bapsql-serve-logs", show_default=True, type=click.Path(file_okay=False),
+              help="Run folder of the Parquet logs (one episode per request; `bapsql analyze` reads it).")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Episodes played at once (more requests wait their turn).")
+@click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Completion tokens per turn (the context budget may allow fewer).")
+@click.option("--max-body-bytes", default=16_384, show_default=True, type=click.IntRange(min=256))
+@click.option("--calibration", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Estimator calibration JSON (default: the packaged one).")
+@click.option("--allow-remote-without-key", is_flag=True,
+              help="Allow binding a non-loopback --host without --api-key-env (not recommended).")
+def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: str, default_budget: str, host: str,
+              port: int, api_key_env: str | None, log_dir: str, concurrency: int, max_tokens: int,
+              max_body_bytes: int, calibration: str | None, allow_remote_without_key: bool) -> None:
+    """Serve POST /v1/ask {"db": NAME, "question": TEXT, "budget": "XS"|"S"|"M"|"L"}: every request is one budgeted
+    episode (estimator, shield, ledger, evidence) of the model behind --engine, answered as JSON and logged to
+    LOG_DIR. The web page is at http://HOST:PORT/ and the API docs at /docs.
+
+    \b
+    Example:
+      bapsql serve --db shop.db --engine openai_chat:http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --port 8080
+    """
+    import os
+
+    import uvicorn
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress
+
+    from bapsql.db.calibration import load_calibration
+    from bapsql.env.conditions import condition as lookup_condition
+    from bapsql.errors import BapsqlError
+    from bapsql.rollout.engines.factory import engine_config_from_spec, make_engine
+    from bapsql.serve.app import create_app
+    from bapsql.serve.registry import DatabaseRegistry
+    from bapsql.serve.session import Asker, ServeOptions
+    from bapsql.tokens import load_token_counter
+
+    console = Console(stderr=True)
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise click.UsageError(f"--api-key-env {api_key_env}: the variable is not set (or empty); export it first")
+    if host not in _LOOPBACK and api_key is None and not allow_remote_without_key:
+        raise click.UsageError(f"--host {host} exposes the service beyond this machine; add --api-key-env VAR "
+                               "(or --allow-remote-without-key if you really mean it)")
+    try:
+        lookup_condition(condition)
+        cfg = engine_config_from_spec(engine, model=model)
+        cal = load_calibration(calibration) if calibration else None
+        counter = load_token_counter(str(cfg.tokenizer_dir)) if cfg.tokenizer_dir else load_token_counter()
+        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), console=console,
+                      transient=True) as bar:
+            job = bar.add_task("catalogs", total=None)
+
+            def progress(db: str, done: int, total: int, table: str) -> None:
+                bar.update(job, description=f"catalog of {db}: {table}", completed=done, total=total)
+
+            registry = DatabaseRegistry.open(dbs, counter, calibration=cal, progress=progress)
+        eng = make_engine(cfg)
+    except BapsqlError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        asker = Asker(eng, cfg, registry, ServeOptions(condition=condition, default_budget=default_budget,
+                                                       concurrency=concurrency, max_tokens=max_tokens,
+                                                       log_dir=log_dir), calibration=cal)
+    except BapsqlError as exc:
+        eng.close()
+        raise click.ClickException(str(exc)) from exc
+    app = create_app(asker, api_key=api_key, max_body_bytes=max_body_bytes,
+                     engine_label=f"{cfg.kind}:{cfg.base_url or cfg.model}")
+    names = ", ".join(registry.names)
+    console.print(f"[green]serving {names} with {cfg.kind} model {cfg.model} under {condition} at "
+                  f"http://{host}:{port}/ (logs: {log_dir})[/green]")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        asker.close()
+        eng.close()
+    console.print(f"{asker.logged} episodes logged to {log_dir}; analyse with: bapsql analyze {log_dir}")

@@ -1,0 +1,250 @@
+"""The OpenAI-compatible chat-completions engine: hosted chat models, ``vllm serve`` of instruct models, gateways.
+
+Contract (see `bapsql.rollout.engines.base`; messages in, text out):
+
+- the caller's prompt ids are the conversation rendered with a ChatML template (``<|im_start|>role\\n...<|im_end|>``,
+  ending in the generation prompt ``<|im_start|>assistant\\n``), as `bapsql.rollout.agent.ModelAgent` renders it;
+  `messages_of` recovers the messages from them, and each prompt becomes one ``POST {base_url}/chat/completions``
+  with those messages — the server applies its own model's template. A prompt that is not ChatML raises
+  `EngineError`.
+- the completion is the model's own text (its tool-call text). When the server parsed a tool call itself
+  (``message.tool_calls``, native function calling), the call is rendered back as the ``<tool_call>`` text the
+  environment parses, so the seven actions come through either way. No ``tools`` are sent: the system prompt
+  already describes them.
+- completion ids are the text tokenized with the configured tokenizer (``tokenizer``, else the packaged one) plus
+  ``<|im_end|>`` when the model stopped; ``logprobs`` are ``None`` (a chat API returns none to train on).
+  ``Generation.usage`` holds the server's ``usage`` numbers when it sent them; `token_sources` counts how many
+  answers were accounted by the server's usage and how many by the tokenizer, and the first answer of each kind is
+  logged (``bapsql.rollout.engines.openai_chat``), so a run's log says which.
+- a 429 / 5xx answer, a timeout or a failed connection is retried ``max_retries`` times with exponential backoff
+  (``retry_backoff_s * 2**attempt``, or the server's ``Retry-After``, at most 30 s), then raises
+  `EngineUnavailable`; another 4xx raises `EngineError` at once. Each request times out after ``timeout_s``; at most
+  ``max_num_seqs`` requests are in flight (the concurrency limit, whatever the number of calling threads). The API
+  key is read from the environment variable named by ``api_key_env``.
+- ``load_adapter`` / ``logprobs_of`` raise `EngineError` (a chat API has no training hooks and scores no given text).
+
+Only the standard library is used (``urllib``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Sequence
+
+from bapsql.env.actions import CLOSE_TAG, OPEN_TAG
+from bapsql.errors import ConfigError, EngineError, EngineUnavailable
+from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, StepRequest,
+                                         check_batch, check_step, cut_at_stop)
+from bapsql.rollout.engines.codec import ModelCodec
+
+log = logging.getLogger(__name__)
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+MAX_WAIT_S = 30.0  # cap on one backoff wait (Retry-After included)
+_FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length"}
+
+
+class _HTTPStatus(EngineError):
+    """A non-2xx answer (internal; callers see `EngineError` / `EngineUnavailable`)."""
+
+    def __init__(self, status: int, body: str, retry_after: float | None = None):
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status, self.retry_after = status, retry_after
+
+
+def messages_of(prompt_text: str) -> list[dict]:
+    """The chat messages of a ChatML prompt (special tokens kept) that ends in the assistant generation prompt.
+    `EngineError` when the text is not ChatML."""
+    body = prompt_text.rstrip()
+    if not body.endswith(IM_START + "assistant"):
+        raise EngineError("openai_chat: the prompt does not end in the ChatML generation prompt "
+                          "'<|im_start|>assistant'; render it with a ChatML chat template (Qwen-style tokenizer)")
+    body = body[: -len(IM_START + "assistant")]
+    messages = []
+    for chunk in body.split(IM_START)[1:]:
+        head, sep, content = chunk.partition("\n")
+        role = head.strip()
+        if not sep or role not in ("system", "user", "assistant", "tool"):
+            raise EngineError(f"openai_chat: cannot read a ChatML message from {chunk[:60]!r}")
+        content = content.rstrip("\n")
+        if content.endswith(IM_END):
+            content = content[: -len(IM_END)]
+        messages.append({"role": role, "content": content})
+    if not messages:
+        raise EngineError("openai_chat: the prompt holds no ChatML messages")
+    return messages
+
+
+def tool_call_text(message: dict) -> str:
+    """The completion text of a chat answer: its content, then each native tool call as ``<tool_call>`` text."""
+    parts = [message.get("content") or ""]
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                pass  # left as a string: the action parser explains what is wrong with it
+        parts.append(f"{OPEN_TAG}\n{json.dumps({'name': fn.get('name'), 'arguments': args})}\n{CLOSE_TAG}")
+    return "\n".join(p for p in parts if p)
+
+
+class OpenAIChatEngine:
+    """Engine over an OpenAI-compatible ``/v1/chat/completions`` endpoint (see the module docstring)."""
+
+    name = "openai_chat"
+
+    def __init__(self, config: EngineConfig):
+        if config.kind != "openai_chat":
+            raise ConfigError(f"engine.kind: OpenAIChatEngine needs kind 'openai_chat', got {config.kind!r}")
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json"}
+        if config.api_key_env:
+            key = os.environ.get(config.api_key_env)
+            if not key:
+                raise ConfigError(f"engine.api_key_env: environment variable {config.api_key_env} is not set")
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._codec = ModelCodec.from_dir(config.tokenizer_dir)
+        end = self._codec.encode(IM_END)
+        if len(end) != 1:
+            raise ConfigError(f"engine.tokenizer: {config.tokenizer_dir} has no ChatML {IM_END} token; the "
+                              "openai_chat engine needs a ChatML (Qwen-style) tokenizer")
+        self._end_id = end[0]
+        self._pool = ThreadPoolExecutor(max_workers=config.max_num_seqs, thread_name_prefix="openai-chat")
+        self._running: dict[Future, str] = {}  # step() requests in flight -> their keys
+        self._lock = threading.Lock()
+        self.token_sources: Counter[str] = Counter()  # "usage" | "tokenizer" -> answers accounted that way
+        self._closed = False
+
+    # -- protocol ---------------------------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
+                 adapter: AdapterRef | None = None) -> list[Generation]:
+        """One chat completion per prompt; requests run concurrently (at most ``max_num_seqs`` at once)."""
+        self._check_open()
+        check_batch(prompts, params, self.config.max_model_len)
+        model = adapter.name if adapter is not None else self.config.model
+        return list(self._pool.map(lambda a: self.complete(a[0], a[1], model), zip(prompts, params)))
+
+    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
+        """Send ``new`` requests and return those answered so far, waiting for at least one (see the protocol)."""
+        self._check_open()
+        check_step(new, set(self._running.values()), self.config.max_model_len)
+        model = adapter.name if adapter is not None else self.config.model
+        for key, prompt, sp in new:
+            self._running[self._pool.submit(self.complete, prompt, sp, model)] = key
+        if not self._running:
+            return []
+        finished, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
+        return [(self._running.pop(f), f.result()) for f in finished]
+
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
+        """Always raises: a served chat model has no training hooks."""
+        raise EngineError("the openai_chat engine cannot load adapters; serve the adapter under a model name "
+                          "(e.g. vllm serve --lora-modules NAME=PATH) and pass AdapterRef(name=NAME, ...) instead")
+
+    def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
+                    adapter: AdapterRef | None = None) -> list[float]:
+        """Always raises: the chat-completions API cannot score a given completion."""
+        raise EngineError("logprobs_of: the chat-completions API cannot score a given completion; use the openai "
+                          "engine (legacy completions with vLLM's prompt_logprobs) for that")
+
+    def close(self) -> None:
+        """Stop the request threads (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=True)
+
+    # -- one request --------------------------------------------------------------------------------------------------
+    def complete(self, prompt: Sequence[int], sp: SamplingParams, model: str | None = None) -> Generation:
+        """Answer one prompt (blocking, in the calling thread)."""
+        messages = messages_of(self._codec.decode_raw(prompt))
+        body: dict[str, Any] = {"model": model or self.config.model, "messages": messages,
+                                "max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
+        if sp.seed is not None:
+            body["seed"] = sp.seed
+        if sp.stop:
+            body["stop"] = list(sp.stop)
+        data = self._post(body)
+        try:
+            choice = data["choices"][0]
+            message, reason = choice["message"], choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EngineError(f"openai_chat: {self.url} answered without choices[0].message: {str(data)[:300]}") \
+                from exc
+        finish = _FINISH.get(reason)
+        if finish is None:
+            raise EngineError(f"openai_chat: request finished with {reason!r} (expected stop or length)")
+        text, hit = cut_at_stop(tool_call_text(message), sp.stop)
+        ids = self._codec.encode(text)
+        if finish == "stop" or hit:
+            ids.append(self._end_id)
+        return Generation(prompt_ids=tuple(prompt), completion_ids=tuple(ids), text=text, logprobs=None,
+                          finish_reason="stop" if hit else finish, usage=self._usage(data.get("usage")))
+
+    def _usage(self, usage: Any) -> tuple[int, int] | None:
+        nums = None
+        if isinstance(usage, dict):
+            p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(p, int) and isinstance(c, int):
+                nums = (p, c)
+        source = "usage" if nums is not None else "tokenizer"
+        with self._lock:
+            self.token_sources[source] += 1
+            first = self.token_sources[source] == 1
+        if first:
+            log.info("openai_chat %s: token accounting from %s", self.url,
+                     "the server's usage" if nums else f"the tokenizer {self.config.tokenizer_dir} (no usage sent)")
+        return nums
+
+    def _post(self, body: dict) -> dict:
+        """POST ``body``, retrying 429 / 5xx / connection failures with backoff (see the module docstring)."""
+        cfg = self.config
+        last: Exception | None = None
+        for attempt in range(cfg.max_retries + 1):
+            if attempt:
+                hint = getattr(last, "retry_after", None)
+                time.sleep(min(MAX_WAIT_S, hint if hint is not None else cfg.retry_backoff_s * 2 ** (attempt - 1)))
+            try:
+                return self._post_once(body)
+            except _HTTPStatus as exc:
+                if exc.status != 429 and exc.status < 500:
+                    raise EngineError(f"openai_chat: {self.url} refused the request: {exc}") from exc
+                last = exc
+            except EngineUnavailable as exc:
+                last = exc
+        raise EngineUnavailable(f"openai_chat: {self.url} still failing after {cfg.max_retries} retries: {last}") \
+            from last
+
+    def _post_once(self, body: dict) -> dict:
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=self._headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
+                data = json.loads(resp.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            raw = exc.headers.get("Retry-After") if exc.headers is not None else None
+            retry_after = float(raw) if raw is not None and raw.strip().replace(".", "", 1).isdigit() else None
+            raise _HTTPStatus(exc.code, exc.read().decode("utf-8", "replace"), retry_after) from exc
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise EngineUnavailable(f"cannot reach {self.url}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise EngineError(f"openai_chat: {self.url} answered with invalid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise EngineError(f"openai_chat: {self.url} answered with {type(data).__name__}, not a JSON object")
+        return data
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("openai_chat engine: used after close()")

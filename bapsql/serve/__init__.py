@@ -1,0 +1,5 @@
+"""Budgeted answers over your own SQLite: the `bapsql serve` service (registry, episodes, views, web app).
+
+Import the pieces from their modules: `registry` (databases by name), `session` (one request = one logged
+episode), `views` (the JSON answers), `app` (FastAPI routes and the web page).
+"""
