@@ -30,20 +30,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
 from bapsql.env.actions import CLOSE_TAG, OPEN_TAG
 from bapsql.errors import ConfigError, EngineError, EngineUnavailable
-from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, StepRequest,
-                                         check_batch, check_step, cut_at_stop)
+from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, check_batch,
+                                         cut_at_stop)
 from bapsql.rollout.engines.codec import ModelCodec
+from bapsql.rollout.engines.pooled import PooledRequests, json_headers
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def tool_call_text(message: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-class OpenAIChatEngine:
+class OpenAIChatEngine(PooledRequests):
     """Engine over an OpenAI-compatible ``/v1/chat/completions`` endpoint (see the module docstring)."""
 
     name = "openai_chat"
@@ -108,12 +108,7 @@ class OpenAIChatEngine:
             raise ConfigError(f"engine.kind: OpenAIChatEngine needs kind 'openai_chat', got {config.kind!r}")
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Content-Type": "application/json"}
-        if config.api_key_env:
-            key = os.environ.get(config.api_key_env)
-            if not key:
-                raise ConfigError(f"engine.api_key_env: environment variable {config.api_key_env} is not set")
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._headers = json_headers(config.api_key_env)
         self._codec = ModelCodec.from_dir(config.tokenizer_dir)
         end = self._codec.encode(IM_END)
         if len(end) != 1:
@@ -135,20 +130,8 @@ class OpenAIChatEngine:
         model = adapter.name if adapter is not None else self.config.model
         return list(self._pool.map(lambda a: self.complete(a[0], a[1], model), zip(prompts, params)))
 
-    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
-        """Send ``new`` requests and return those answered so far, waiting for at least one (see the protocol)."""
-        self._check_open()
-        check_step(new, set(self._running.values()), self.config.max_model_len)
-        model = adapter.name if adapter is not None else self.config.model
-        for key, prompt, sp in new:
-            self._running[self._pool.submit(self.complete, prompt, sp, model)] = key
-        if not self._running:
-            return []
-        finished, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
-        return [(self._running.pop(f), f.result()) for f in finished]
-
-    def in_flight(self) -> int:
-        return len(self._running)
+    def _answer(self, prompt: Sequence[int], sp: SamplingParams, model: str) -> Generation:
+        return self.complete(prompt, sp, model)
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         """Always raises: a served chat model has no training hooks."""
@@ -160,12 +143,6 @@ class OpenAIChatEngine:
         """Always raises: the chat-completions API cannot score a given completion."""
         raise EngineError("logprobs_of: the chat-completions API cannot score a given completion; use the openai "
                           "engine (legacy completions with vLLM's prompt_logprobs) for that")
-
-    def close(self) -> None:
-        """Stop the request threads (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._pool.shutdown(wait=True)
 
     # -- one request --------------------------------------------------------------------------------------------------
     def complete(self, prompt: Sequence[int], sp: SamplingParams, model: str | None = None) -> Generation:
@@ -245,6 +222,3 @@ class OpenAIChatEngine:
             raise EngineError(f"openai_chat: {self.url} answered with {type(data).__name__}, not a JSON object")
         return data
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("openai_chat engine: used after close()")

@@ -21,16 +21,16 @@ by ``api_key_env``.
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
 from bapsql.errors import ConfigError, EngineError
 from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, StepRequest,
-                                         check_batch, check_step)
+                                         check_batch)
 from bapsql.rollout.engines.codec import ModelCodec
+from bapsql.rollout.engines.pooled import PooledRequests, json_headers
 
 
 class _HTTPStatus(EngineError):
@@ -41,7 +41,7 @@ class _HTTPStatus(EngineError):
         self.status = status
 
 
-class OpenAIEngine:
+class OpenAIEngine(PooledRequests):
     """Engine over an OpenAI-compatible ``/v1/completions`` endpoint."""
 
     name = "openai"
@@ -51,12 +51,7 @@ class OpenAIEngine:
             raise ConfigError(f"engine.kind: OpenAIEngine needs kind 'openai', got {config.kind!r}")
         self.config = config
         self._url = config.base_url.rstrip("/") + "/completions"
-        self._headers = {"Content-Type": "application/json"}
-        if config.api_key_env:
-            key = os.environ.get(config.api_key_env)
-            if not key:
-                raise ConfigError(f"engine.api_key_env: environment variable {config.api_key_env} is not set")
-            self._headers["Authorization"] = f"Bearer {key}"
+        self._headers = json_headers(config.api_key_env)
         if config.tokenizer_dir is None:
             raise ConfigError("engine.tokenizer: the openai engine needs the model's tokenizer folder "
                               "(set tokenizer: or make model a local folder)")
@@ -82,25 +77,17 @@ class OpenAIEngine:
             return [first, *rest]
         return list(self._pool.map(lambda a: self._generate_one(a[0], a[1], model), zip(prompts, params)))
 
-    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
-        """Send ``new`` requests and return those answered so far, waiting for at least one (see the protocol)."""
-        self._check_open()
-        check_step(new, set(self._running.values()), self.config.max_model_len)
-        model = adapter.name if adapter is not None else self.config.model
-        if new and self._token_prompts is None:  # probe once, serially, whether token-id prompts are accepted
+    def _admit(self, new: Sequence[StepRequest], model: str) -> Sequence[StepRequest]:
+        """Until the server has told whether it takes token-id prompts, the first request goes alone (a probe)."""
+        if new and self._token_prompts is None:
             (key, prompt, sp), new = new[0], new[1:]
             done = self._pool.submit(self._generate_one, prompt, sp, model)
             self._running[done] = key
             wait([done])
-        for key, prompt, sp in new:
-            self._running[self._pool.submit(self._generate_one, prompt, sp, model)] = key
-        if not self._running:
-            return []
-        finished, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
-        return [(self._running.pop(f), f.result()) for f in finished]
+        return new
 
-    def in_flight(self) -> int:
-        return len(self._running)
+    def _answer(self, prompt: Sequence[int], sp: SamplingParams, model: str) -> Generation:
+        return self._generate_one(prompt, sp, model)
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         """Always raises: adapters of a served model are the server's business."""
@@ -128,17 +115,6 @@ class OpenAIEngine:
                 raise EngineError(f"logprobs_of: the server's prompt_logprobs lack token {tok}")
             out.append(float(entry["logprob"] if isinstance(entry, dict) else entry))
         return out
-
-    def close(self) -> None:
-        """Stop the request threads (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._pool.shutdown(wait=True)
-
-    # -- internals ----------------------------------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise EngineError("openai engine: used after close()")
 
     def _post(self, body: dict) -> dict:
         req = urllib.request.Request(self._url, data=json.dumps(body).encode(), headers=self._headers, method="POST")
