@@ -50,6 +50,7 @@ def _outcomes(play, tasks, condition, level, seeds=range(3)):
     return [play("scripted.drafter", t, level, seed, condition=condition) for t in tasks for seed in seeds]
 
 
+@pytest.mark.slow  # ~4 s: every condition × tasks × seeds
 def test_one_script_under_every_condition_differs_only_by_what_the_env_shows(play, mini_tasks):
     tasks = [mini_tasks[k] for k in sorted(mini_tasks)]
     dash = _outcomes(play, tasks, "dashboard", "XS")
