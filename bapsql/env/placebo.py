@@ -33,14 +33,14 @@ ESTIMATE_ACTIONS = ("estimate_query", "rewrite_query")
 
 
 def payloads_from_turns(level: str, task_id: str, seed: int, turns: Iterable) -> list[tuple[str, RequestKey, Payload]]:
-    """The true payloads of one recorded episode's estimate/rewrite turns (`TurnRecord` s) that showed one, keyed
-    by (task id, seed, k) in request order."""
+    """The true payloads of one recorded episode's estimate/rewrite turns (`TurnRecord` s, or logged turn rows
+    where a missing estimate reads NaN) that showed one, keyed by (task id, seed, k) in request order."""
     out = []
     k = 0
     for t in turns:
         if t.action not in ESTIMATE_ACTIONS:
             continue
-        if t.est_rows_p50 is not None:
+        if t.est_rows_p50 is not None and t.est_rows_p50 == t.est_rows_p50:  # NaN: an estimate that failed
             payload = ((t.est_rows_p50, t.est_rows_p95), (t.est_result_tokens_p50, t.est_result_tokens_p95),
                        (t.est_vm_steps_p50, t.est_vm_steps_p95))
             out.append((level, (task_id, int(seed), k), payload))

@@ -214,7 +214,7 @@ def merge_results(a: RolloutResult, b: RolloutResult) -> RolloutResult:
 def write_placebo_pools(run_dir: Path, placebo: dict[str, str], *, seed: int = 0) -> dict[str, int]:
     """For each placebo method (→ its source method), the `PlaceboPool` of the source's logged estimate payloads,
     written to ``run_dir/placebo/<method>.json`` where the env workers load it. Returns payloads per method."""
-    from bapsql.env.placebo import PlaceboPool, pool_to_json
+    from bapsql.env.placebo import PlaceboPool, payloads_from_turns, pool_to_json
     from bapsql.errors import ConfigError
     from bapsql.logs.reader import read_episodes, read_turns
     from bapsql.rollout.groups import sample_seed
@@ -227,18 +227,13 @@ def write_placebo_pools(run_dir: Path, placebo: dict[str, str], *, seed: int = 0
         src_eps = eps[eps.method == source]
         if src_eps.empty:
             raise ConfigError(f"{method}: no logged episodes of {source} to record its placebo payloads from")
-        seeds = {r.episode_id: sample_seed(r.seed, r.task_id, r.budget, r.sample) for r in src_eps.itertuples()}
-        est = turns[(turns.method == source) & turns.action.isin(["estimate_query", "rewrite_query"])]
-        est = est.sort_values(["episode_id", "turn"])
-        recorded, k_of = [], {}
-        for r in est.itertuples():
-            k = k_of.get(r.episode_id, 0)
-            k_of[r.episode_id] = k + 1
-            if r.est_rows_p50 is None or r.est_rows_p50 != r.est_rows_p50:  # an estimate that failed shows none
-                continue
-            recorded.append((r.budget, (r.task_id, seeds[r.episode_id], k),
-                             ((r.est_rows_p50, r.est_rows_p95), (r.est_result_tokens_p50, r.est_result_tokens_p95),
-                              (r.est_vm_steps_p50, r.est_vm_steps_p95))))
+        src_turns = turns[turns.method == source].sort_values(["episode_id", "turn"])
+        by_episode = dict(iter(src_turns.groupby("episode_id", sort=False)))
+        recorded = []
+        for r in src_eps.itertuples():
+            if r.episode_id in by_episode:
+                recorded += payloads_from_turns(r.budget, r.task_id, sample_seed(r.seed, r.task_id, r.budget, r.sample),
+                                                by_episode[r.episode_id].itertuples())
         pool = PlaceboPool(recorded, seed=seed)
         tmp = out_dir / f".{method}.json.tmp"
         tmp.write_text(json.dumps(pool_to_json(pool)))
