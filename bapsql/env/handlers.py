@@ -225,7 +225,10 @@ class ActionHandlers:
                 profile or Profile.of(res.columns, rows[:k], truncated=cut or res.status == "truncated",
                                       rows_total=res.rows_total), state, led.turns)
 
-        fit = self._fit(lambda k: (render.execution_header(block(k)) + "\n", render.block_body(block(k))), len(rows))
+        def parts(b: EvidenceBlock, note: str = "") -> tuple[str, str]:  # (header, body) as the observation shows them
+            return render.execution_header(b) + "\n", render.block_body(b) + ("\n" + note if note else "")
+
+        fit = self._fit(lambda kk: parts(block(kk)), len(rows))
         if fit is None:
             led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=0)
             return turn, None
@@ -252,15 +255,12 @@ class ActionHandlers:
             if d.control == "profile":
                 chosen = dataclasses.replace(block(len(rows), "compressed", d.profile), result_tokens=row_tokens(
                     len(rows)))
-                fit = self._fit(lambda _k: (render.execution_header(chosen) + "\n",
-                                            render.block_body(chosen) + "\n" + note), 0)
+                fit = self._fit(lambda _k: parts(chosen, note), 0)
             elif d.control == "limit" and d.rows < k:
                 chosen = block(d.rows)
-                fit = self._fit(lambda _k: (render.execution_header(chosen) + "\n",
-                                            render.block_body(chosen) + "\n" + note), d.rows)
+                fit = self._fit(lambda _k: parts(chosen, note), d.rows)
             elif note:
-                fit = self._fit(lambda kk: (render.execution_header(block(kk)) + "\n",
-                                            render.block_body(block(kk)) + "\n" + note), k)
+                fit = self._fit(lambda kk: parts(block(kk), note), k)
             if fit is None:
                 led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=0)
                 return turn, None
