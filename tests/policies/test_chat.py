@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bapsql.errors import ChatTemplateError, ConfigError, EngineError
 from bapsql.policies.chat import ChatTemplate, Segment, TokenTrajectory, TurnTokens
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
+from tests.policies.templates import QWEN3_WITH_CHECKS
 
 TOOLS = [
     {"type": "function", "function": {"name": "execute_query", "description": "Run one read-only SQL query.",
@@ -182,24 +183,7 @@ def test_template_features_of_real_model_folders(tmp_path, ct):
     (not prefix-stable), strftime_now and raise_exception, in a chat_template.jinja that wins over the config."""
     shutil.copy(DEFAULT_TOKENIZER_DIR / "tokenizer.json", tmp_path / "tokenizer.json")
     shutil.copy(DEFAULT_TOKENIZER_DIR / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
-    (tmp_path / "chat_template.jinja").write_text(
-        "{%- set ns = namespace(last_user=-1) %}"
-        "{%- for i in range(messages|length - 1, -1, -1) %}"
-        "{%- if ns.last_user < 0 and messages[i].role == 'user' %}{%- set ns.last_user = i %}{%- endif %}"
-        "{%- endfor %}"
-        "{%- if strftime_now('%Y') | length != 4 %}{{ raise_exception('no date') }}{%- endif %}"
-        "{%- for m in messages %}"
-        "{%- if m.role not in ['system', 'user', 'assistant', 'tool'] %}{{ raise_exception('bad role ' + m.role) }}"
-        "{%- endif %}"
-        "{%- if m.role == 'assistant' and loop.last and loop.index0 > ns.last_user %}"
-        "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content.lstrip('\\n') + '<|im_end|>\\n' }}"
-        "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content | trim + "
-        "'\\n</tool_response><|im_end|>\\n' }}"
-        "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-        "{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-        "{%- endif %}")
+    (tmp_path / "chat_template.jinja").write_text(QWEN3_WITH_CHECKS)
     q3 = ChatTemplate.from_dir(tmp_path)
     assert q3.render([USER, {"role": "assistant", "content": "hi"}]).endswith("<think>\n\n</think>\n\nhi<|im_end|>\n")
     assert q3.continuation([{"role": "tool", "content": " R "}]) == (

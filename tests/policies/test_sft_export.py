@@ -8,6 +8,7 @@ import pytest
 from bapsql.policies.chat import ChatTemplate
 from bapsql.policies.sft_export import END_OF_TURN, export_sft, pair_key
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
+from tests.policies.templates import QWEN3_STYLE
 
 COLUMNS = ["prompt", "completion", "prompt_ids", "completion_ids", "input_ids", "loss_mask", "workflow", "budget",
            "task_id", "db_id", "turn", "seed"]
@@ -66,21 +67,6 @@ def test_no_planning_set_has_no_estimates_or_rewrites(minibench, tmp_path):
     assert all("estimate_query(" not in r["prompt"] for r in rows)  # the tool is not offered in the system prompt
 
 
-QWEN3_STYLE = (  # Qwen3's shape: a think block only on the last assistant turn; an empty one when thinking is off
-    "{%- set ns = namespace(last_user=-1) %}"
-    "{%- for i in range(messages|length - 1, -1, -1) %}"
-    "{%- if ns.last_user < 0 and messages[i].role == 'user' %}{%- set ns.last_user = i %}{%- endif %}"
-    "{%- endfor %}"
-    "{%- for m in messages %}"
-    "{%- if m.role == 'assistant' and loop.last and loop.index0 > ns.last_user %}"
-    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content.lstrip('\\n') + '<|im_end|>\\n' }}"
-    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content | trim + "
-    "'\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}")
 
 
 def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mini_tasks, tmp_path):
