@@ -163,12 +163,18 @@ class PretrainSection:
     lr: float = 3e-3
     log_every: int = 100
     threads: int = 1  # torch threads for this stage (it runs alone: no engine or env worker competes)
+    copy_batch: int = 0  # sequences of the synthetic copy task per step (bapsql.train.copy_task); 0: none
+    copy_length: int = 24  # tokens of each copied run (a sequence is the run twice)
+    copy_words: int = 90  # word-like tokens in the copy task's alphabet, beside the ten digits
 
     def __post_init__(self) -> None:
         if min(self.steps, self.batch, self.augment_rounds, self.corpus_episodes, self.log_every, self.threads) < 1 \
                 or self.lr <= 0:
             raise ConfigError("pretrain: steps, batch, augment_rounds, corpus_episodes, log_every and threads must "
                               "be >= 1, lr > 0")
+        if self.copy_batch < 0 or self.copy_length < 2 or self.copy_words < 0:
+            raise ConfigError(f"pretrain: copy_batch must be >= 0 (0 turns the copy task off), copy_length >= 2 and "
+                              f"copy_words >= 0; got {self.copy_batch}, {self.copy_length}, {self.copy_words}")
 
 
 @dataclass(frozen=True)

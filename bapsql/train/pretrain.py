@@ -14,7 +14,9 @@ Contract of `run_pretrain(cfg, seed, run_dir)`:
 - exports the corpus once into ``run_dir/pretrain/corpus.parquet`` (`export_sft` with ``per_episode``, successes only,
   the config's prompt style, workflows and budgets, over `augment_tasks` excluding ``data.eval_split``'s tasks);
 - trains ``steps`` AdamW steps of ``batch`` episodes (warm-up, cosine to 10 %), logits only at completion positions
-  (the output matrix is a third of the FLOPs; most positions are prompt), on ``threads`` torch threads;
+  (the output matrix is a third of the FLOPs; most positions are prompt), on ``threads`` torch threads; with
+  ``copy_batch > 0`` each step also trains ``copy_batch`` sequences of the synthetic copy task
+  (`bapsql.train.copy_task`), which grows the attention that copies result values into answers;
 - saves the weights in place and ``run_dir/pretrain/result.json`` with the loss curve (every ``log_every`` steps: the
   batch's completion loss, and on 32 episodes of real fit-split tasks — questions the corpus does not contain — the
   completion NLL and the teacher-forced exact-completion share, `heldout_metrics`).
@@ -102,9 +104,13 @@ def heldout_nll(model: Any, rows: list[dict], pad: int, batch: int = 16) -> floa
 
 def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr: float, seed: int, pad: int,
                     heldout: list[dict] = (), log_every: int = 100, warmup: int = 50,
-                    on_log: Any = None) -> tuple[list[dict], int, float]:
-    """Full-parameter training over ``rows`` (dicts with ``input_ids``, ``loss_mask``); returns (curve, tokens, s)."""
+                    on_log: Any = None, copy: Any = None) -> tuple[list[dict], int, float]:
+    """Full-parameter training over ``rows`` (dicts with ``input_ids``, ``loss_mask``); returns (curve, tokens, s).
+    With ``copy`` (a `CopyTask`) each step adds the loss of a fresh batch of the synthetic copy task; the logged
+    ``loss`` stays the episodes' completion loss."""
     import torch
+
+    from bapsql.train.copy_task import copy_sequences
 
     if not rows:
         raise ConfigError("pretrain: the corpus is empty")
@@ -112,6 +118,7 @@ def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
     rng = np.random.default_rng(seed)
+    copy_rng = np.random.default_rng([seed, 1])  # its own stream: the episodes' order does not depend on it
     order: list[int] = []
     curve: list[dict] = []
     tokens = 0
@@ -124,7 +131,12 @@ def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr:
         x, y = _batch(chunk, pad)
         tokens += sum(len(r["input_ids"]) for r in chunk)
         loss = completion_loss(model, x, y)
-        loss.backward()
+        total = loss
+        if copy is not None:
+            cx, cy = copy_sequences(copy, copy_rng)
+            tokens += int(cx.numel())
+            total = loss + completion_loss(model, cx, cy)
+        total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
@@ -200,8 +212,18 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
                 console.print(f"[cyan]pretrain step {pt['step']}: loss {pt['loss']}, held-out completion NLL "
                               f"{pt['heldout_nll']}, exact {pt['heldout_exact']} ({pt['seconds']} s)[/cyan]")
 
+        copy = None
+        if p.copy_batch > 0:
+            from transformers import AutoTokenizer
+
+            from bapsql.train.copy_task import CopyTask, copy_alphabet
+
+            tok = AutoTokenizer.from_pretrained(model_dir)
+            texts = tok.batch_decode([[i] for i in range(len(tok))])
+            copy = CopyTask(copy_alphabet(texts, p.copy_words, seed), p.copy_batch, p.copy_length)
         curve, tokens, seconds = train_sequences(model, rows, steps=p.steps, batch=p.batch, lr=p.lr, seed=seed,
-                                                 pad=pad, heldout=heldout, log_every=p.log_every, on_log=log)
+                                                 pad=pad, heldout=heldout, log_every=p.log_every, on_log=log,
+                                                 copy=copy)
     finally:
         torch.set_num_threads(threads)
     model.save_pretrained(model_dir, safe_serialization=True)
