@@ -138,8 +138,10 @@ def table2_result(cfg: Table2Config, s2: Summary, s3: Summary) -> Table2Result:
                               paper[i] if paper else None))
         cells.append(Cell(r.key, "FS", s2.frontier.get(r.logged), None, paper[4] if paper else None))
     ords, att = orderings(s2, rows)
-    return Table2Result(cfg.preset, cfg.reduced, rows, tuple(cells), ords, att, s3.gates, s2.episodes,
-                        s2.databases, s2.notes)
+    rl = {r.logged for r in rows if r.key in ("sql_rl", "bap_rl")}
+    gates = tuple(g for g in s3.gates if g.method in rl)
+    return Table2Result(cfg.preset, cfg.reduced, rows, tuple(cells), ords, att, gates, s2.episodes, s2.databases,
+                        s2.notes)
 
 
 # ------------------------------------------------------------------------------------------------------ render
