@@ -322,7 +322,7 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, console: 
         _say(console, f"seed {seed}: " + ", ".join(f"{s} {a}" for s, a in plan.items()))
         need_ray = plan["sft"] in ("run", "resume") or (
             t.rollout.use_ray and any(plan[s] in ("run", "resume") for s in ("rl_full", "rl_sql", "eval")))
-        if plan["pretrain"] in ("run", "resume"):  # alone, before any Ray process takes a core
+        if plan["pretrain"] != "skip":  # alone, before any Ray process takes a core
             _timed(cfg, seed, "pretrain", plan["pretrain"], console)
         with (ray_context(t, run) if need_ray else contextlib.nullcontext()):
             for stage in SEED_STAGES[1:]:
