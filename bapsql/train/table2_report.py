@@ -148,6 +148,7 @@ def table2_result(cfg: Table2Config, s2: Summary, s3: Summary) -> Table2Result:
 def _f(x: float | None, signed: bool = False) -> str:
     if x is None or not math.isfinite(x):
         return "—"
+    x = round(x, 1) + 0.0  # no "-0.0"
     return f"{x:+.1f}" if signed else f"{x:.1f}"
 
 
