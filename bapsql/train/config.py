@@ -394,12 +394,19 @@ def _read_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     raw = read_yaml(p)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    return resolve_extends(raw, p.parent, (*seen, p), where=str(path))
+
+
+def resolve_extends(raw: dict, base_dir: Path, seen: tuple[Path, ...] = (), *, where: str = "config") -> dict:
+    """``raw`` (a training config mapping) with its ``extends:`` parent (a path relative to ``base_dir``) merged
+    underneath, recursively; ``raw`` itself is not modified."""
+    raw = dict(raw)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     if not isinstance(parent, str):
-        raise ConfigError(f"{path}: extends: expected a path to another training config")
-    return _deep_merge(_read_raw(p.parent / parent, (*seen, p)), raw)
+        raise ConfigError(f"{where}: extends: expected a path to another training config")
+    return _deep_merge(_read_raw(base_dir / parent, seen), raw)
 
 
 def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -189,8 +189,10 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[st
 
 
 def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
-                   updates: int | None = None) -> GRPOResult:
-    """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it)."""
+                   updates: int | None = None, subdir: str = "grpo") -> GRPOResult:
+    """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it).
+    ``subdir``: the stage's folder under the run dir (``grpo``; Table 2 trains two rewards side by side from one SFT
+    model, in ``rl_full`` and ``rl_sql``, with ``cfg.reward`` set per stage)."""
     from bapsql.env.conditions import method_name
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import make_monitor
@@ -204,7 +206,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
 
     t0 = time.perf_counter()
     run_dir = cfg.run_dir(seed)
-    grpo_dir = run_dir / "grpo"
+    grpo_dir = run_dir / subdir
     grpo_dir.mkdir(parents=True, exist_ok=True)
     base = policy_base(cfg, seed, console)
     tasks = load_tasks(resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)), cfg.data.split,
@@ -234,14 +236,15 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
                         top_p=cfg.grpo.top_p, template_kwargs=dict(cfg.model.chat_template_kwargs))
     n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
     rollouts = TrainingRollouts(
-        backend, run_name=f"{cfg.name}-seed{seed}-grpo", method=method_name(r.method, cfg.condition), agent=agent,
+        backend, run_name=f"{cfg.name}-seed{seed}-{subdir}", method=method_name(r.method, cfg.condition), agent=agent,
         engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
         env_workers=n_workers, engine_replicas=r.engine_replicas,
         env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
         writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
         engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
-    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=f"{cfg.name}-seed{seed}",
+    monitor_run = f"{cfg.name}-seed{seed}" + ("" if subdir == "grpo" else f"-{subdir}")
+    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run,
                            config=dataclasses.asdict(cfg), dir=grpo_dir)
     history_path = grpo_dir / "history.jsonl"
     try:
@@ -282,30 +285,42 @@ def _progress_line(update: int, total: int, m: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------- eval
+def eval_experiment(cfg: TrainConfig, models: dict[str, Path], methods: tuple[str, ...], *, run: str, split: str,
+                    out_dir: Path, seeds: tuple[int, ...] | None = None) -> Any:
+    """The validated `ExperimentConfig` of an evaluation sweep: ``methods`` (``model:<name>@<condition>``) served by
+    ``models`` (name → merged model folder) with the recipe's eval settings, on ``split``, into ``out_dir``."""
+    from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
+
+    engines = {name: engine_config(cfg, path, lora=False, levels=cfg.eval.budgets) for name, path in models.items()}
+    r = cfg.rollout
+    e = cfg.eval
+    return validate(ExperimentConfig(
+        run=run, benchmark=cfg.data.benchmark, methods=methods, split=split, limit=e.limit, budgets=e.budgets,
+        seeds=e.seeds if seeds is None else seeds, samples_per_group=e.samples_per_group, engines=engines,
+        sampling=SamplingConfig(max_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
+                                template_kwargs=dict(cfg.model.chat_template_kwargs)),
+        workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
+                              env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
+        prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration))
+
+
 def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None,
                    split: str | None = None) -> tuple[Any, Path]:
     """Sweep the given policies (name → merged model folder) on ``split`` (default ``data.eval_split``) and analyse
     the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
     ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
     from bapsql.analysis.analyze import analyze_runs
-    from bapsql.experiment import MODEL_PREFIX, ExperimentConfig, SamplingConfig, WorkersConfig, validate
+    from bapsql.experiment import MODEL_PREFIX
     from bapsql.rollout.sweep import run_sweep
 
     split = split or cfg.data.eval_split
     suffix = "" if split == cfg.data.eval_split else "_" + split.replace(":", "-")
     run_dir = cfg.run_dir(seed)
-    engines = {name: engine_config(cfg, path, lora=False, levels=cfg.eval.budgets) for name, path in models.items()}
     r = cfg.rollout
     e = cfg.eval
-    exp = validate(ExperimentConfig(
-        run=f"{cfg.name}-seed{seed}-eval{suffix}", benchmark=cfg.data.benchmark,
-        methods=tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,))),
-        split=split, limit=e.limit, budgets=e.budgets, seeds=e.seeds, samples_per_group=e.samples_per_group,
-        engines=engines, sampling=SamplingConfig(max_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-                                                 template_kwargs=dict(cfg.model.chat_template_kwargs)),
-        workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
-                              env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
-        prompt_style=cfg.prompt_style, out_dir=str(run_dir / f"eval{suffix}"), calibration=cfg.calibration))
+    methods = tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,)))
+    exp = eval_experiment(cfg, models, methods, run=f"{cfg.name}-seed{seed}-eval{suffix}", split=split,
+                          out_dir=run_dir / f"eval{suffix}")
     summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
                         backend="ray" if r.use_ray else "local")
     report = run_dir / f"report{suffix}"

@@ -1,0 +1,116 @@
+"""``python -m jobs.table2`` end to end on a toy slice, killed (SIGKILL) after a stage and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+
+TOY = {
+    "train": {
+        "extends": str(REPO / "configs" / "train" / "cpu_learn.yaml"),
+        "name": "toy",
+        "monitor": {"kind": "none"},
+        "data": {"limit": 8},
+        "pretrain": {"steps": 3, "batch": 2, "corpus_episodes": 16, "augment_rounds": 1, "log_every": 1,
+                     "hidden_size": 64, "num_layers": 1, "intermediate_size": 128},
+        "sft": {"export_pairs": 8, "epochs": 1, "effective_batch": 8},
+        "grpo": {"updates": 1, "max_new_tokens": 16},
+        "filter": {"group_size": 2, "min_success": 0, "max_success": 2, "groups_per_update": 1, "max_rounds": 1,
+                   "max_groups_per_round": 1, "enabled": False},
+        "checkpoint": {"every": 1, "keep": 2},
+        "eval": {"budgets": ["XS", "S"], "limit": 2, "max_new_tokens": 16, "replicates": 50},
+    },
+}
+
+
+def test_cli_names_a_bad_stage_and_a_missing_preset(tmp_path):
+    from jobs.table2 import main
+
+    result = CliRunner().invoke(main, ["--stages", "sft,grpo"])
+    assert result.exit_code != 0 and "grpo" in result.output
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(yaml.safe_dump(TOY))
+    result = CliRunner().invoke(main, ["--config", str(cfg), "--quick", "--out-dir", str(tmp_path / "runs")])
+    assert result.exit_code != 0 and "no quick: preset" in result.output
+
+
+def _stages(run: Path) -> dict:
+    path = run / "table2" / "stages.json"
+    try:
+        return json.loads(path.read_text())["stages"] if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def _kill_leftovers(marker: str) -> None:
+    """SIGKILL the processes this test started that outlived their group (Ray's, named by the run folder)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.slow
+def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
+    cfg = tmp_path / "toy.yaml"
+    cfg.write_text(yaml.safe_dump(TOY))
+    out = tmp_path / "runs"
+    run = out / "toy-seed0"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path),
+           "RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "jobs.table2", "--config", str(cfg), "--out-dir", str(out)]
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not _stages(run).get("sft", {}).get("finished"):
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "SFT did not finish in 15 minutes"
+            time.sleep(1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _kill_leftovers(str(tmp_path))
+    first = _stages(run)
+    assert first["pretrain"]["finished"] and first["sft"]["finished"]
+    assert not first.get("eval", {}).get("finished")
+    sft_model = run / "sft" / "merged" / "config.json"
+    stamp = sft_model.stat().st_mtime_ns
+
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    _kill_leftovers(str(tmp_path))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    stages = _stages(run)
+    assert [a["action"] for a in stages["pretrain"]["attempts"]] == ["run", "reuse"]
+    assert [a["action"] for a in stages["sft"]["attempts"]] == ["run", "reuse"]
+    assert sft_model.stat().st_mtime_ns == stamp  # reused, not retrained
+    for stage in ("rl_full", "rl_sql", "eval"):
+        assert stages[stage]["finished"] and stages[stage]["seconds"] > 0
+    report = out / "toy-table2"
+    md = (report / "table2.md").read_text()
+    for label in ("Raw agent", "Dashboard", "Adaptive post-hoc", "BAP-SQL SFT", "SQL-RL (matched)", "BAP-SQL RL"):
+        assert f"| {label} |" in md
+    assert (report / "table2" / "report.md").is_file() and (report / "gate" / "report.md").is_file()
+    assert (run / "rl_full" / "merged" / "config.json").is_file() and (run / "rl_sql" / "merged").is_dir()
+    # both RL stages trained from the same SFT model with their own reward
+    done = json.loads((report / "table2.json").read_text())
+    assert {r["key"] for r in done["rows"]} == {"raw", "dashboard", "adaptive_posthoc", "sft", "sql_rl", "bap_rl"}
