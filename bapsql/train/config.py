@@ -15,7 +15,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
-           sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap)}
+           sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
+           epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -225,8 +226,15 @@ class GRPOSection:
     # 0: synchronous updates. k >= 1: rollouts for the next k updates overlap the learner; groups sampled more than
     # k versions ago are never trained (bapsql.train.overlap)
     max_staleness: int = 0
+    # optimizer steps per update = epochs x mini_batches over the update's batch (bapsql.train.minibatch); 1 x 1:
+    # one step, the ratio to the rollout policy is 1 in value
+    epochs: int = 1
+    mini_batches: int = 1
 
     def __post_init__(self) -> None:
+        if self.epochs < 1 or self.mini_batches < 1:
+            raise ConfigError(f"grpo.epochs and grpo.mini_batches must be >= 1 (optimizer steps per update = their "
+                              f"product), got {self.epochs} and {self.mini_batches}")
         if self.max_staleness < 0:
             raise ConfigError(f"grpo.max_staleness: must be >= 0 (0 = synchronous), got {self.max_staleness}")
         if self.updates < 0 or self.max_new_tokens < 1 or self.lr <= 0:

@@ -330,27 +330,38 @@ class Learner:
             return -(logp * batch["mask"]).sum() / normalizer, None
         return self._update(samples, nll)
 
-    def grpo_update(self, samples: Sequence[Sample], loss_cfg: LossConfig) -> UpdateMetrics:
+    def grpo_update(self, samples: Sequence[Sample], loss_cfg: LossConfig, *,
+                    old_logprobs: Sequence[Sequence[float]] | None = None) -> UpdateMetrics:
         """One optimizer step on the GRPO loss; every sample needs ``engine_logprobs`` and an ``advantage``. No
         dropout is active in its forward passes (`dropout_disabled`).
 
-        With ``loss_cfg.kl_coef > 0`` the reference is the base model (adapter disabled)."""
+        ``old_logprobs`` (``[len(ids)]`` per sample): the learner's logprobs under the weights that began this
+        update, for the second and later optimizer steps on one batch (`bapsql.train.minibatch`); without them
+        the PPO ratio is 1 in value. With ``loss_cfg.kl_coef > 0`` the reference is the base model (adapter
+        disabled)."""
         import torch
 
         if any(s.engine_logprobs is None for s in samples):
             raise ValueError("GRPO samples need the engine's sampling logprobs")
+        if old_logprobs is not None and [len(o) for o in old_logprobs] != [len(s.input_ids) for s in samples]:
+            raise ValueError("old_logprobs must hold one logprob per token of each sample")
+        olds = None if old_logprobs is None else {id(s): o for s, o in zip(samples, old_logprobs)}
         refs = None
         if loss_cfg.kl_coef > 0:
             refs = {id(s): lp for s, lp in zip(samples, self.token_logprobs(samples, reference=True,
                                                                              masked_only=True))}
 
+        def padded(values: dict[int, Any] | None, logp: Any, chunk: list[Sample]) -> Any:
+            if values is None:
+                return None
+            out = torch.zeros_like(logp)
+            for row, s in enumerate(chunk):
+                out[row, :len(s.input_ids)] = torch.as_tensor(np.asarray(values[id(s)]), dtype=logp.dtype)
+            return out
+
         def pg(batch: dict, logp: Any, normalizer: float, chunk: list[Sample]):
-            ref = None
-            if refs is not None:
-                ref = torch.zeros_like(logp)
-                for row, s in enumerate(chunk):
-                    ref[row, :len(s.input_ids)] = torch.as_tensor(refs[id(s)], dtype=logp.dtype)
-            return policy_loss(logp, batch["engine"], batch["adv"], batch["mask"], loss_cfg, ref_logp=ref,
+            return policy_loss(logp, batch["engine"], batch["adv"], batch["mask"], loss_cfg,
+                               ref_logp=padded(refs, logp, chunk), old_logp=padded(olds, logp, chunk),
                                normalizer=normalizer)
 
         with dropout_disabled(self.model):

@@ -42,6 +42,7 @@ from bapsql.train.config import TrainConfig
 from bapsql.train.filter import DifficultyFilter, fill_update, histogram_metrics
 from bapsql.train.grpo import policy_drift
 from bapsql.train.learner import Sample
+from bapsql.train.minibatch import grpo_steps
 from bapsql.train.sampler import TaskBudgetSampler
 from bapsql.train.staleness import PENDING_FILE
 from bapsql.train.weight_sync import Probe, SyncReport, WeightSync
@@ -72,6 +73,7 @@ class GRPOTrainer:
                  probe: Probe, run_dir: str | Path, monitor: Monitor | None = None,
                  reward_fn: Callable[[Sequence[Any]], np.ndarray] | None = None):
         self.cfg = cfg
+        self.seed = seed
         self.learner = learner
         self.rollouts = rollouts
         self.run_dir = Path(run_dir)
@@ -125,7 +127,7 @@ class GRPOTrainer:
         t_learn = time.perf_counter()
         learner_metrics = None
         if samples:
-            learner_metrics = self.learner.grpo_update(samples, self.cfg.grpo.loss)
+            learner_metrics = self._learn(samples)
         learner_s = time.perf_counter() - t_learn
 
         return self._finish(drawn_groups, fill, info, learner_metrics, generated,
@@ -167,6 +169,13 @@ class GRPOTrainer:
 
         fill = fill_update(self.filter, draw, group_outcome)
         return fill, drawn_groups, rollout_s, generated
+
+    def _learn(self, samples: Sequence[Sample]) -> Any:
+        """The optimizer steps of update ``self.update`` on ``samples`` (`bapsql.train.minibatch.grpo_steps`); the
+        mini-batch order is seeded by (seed, update), so a resumed run takes the same steps."""
+        g = self.cfg.grpo
+        return grpo_steps(self.learner, samples, g.loss, epochs=g.epochs, mini_batches=g.mini_batches,
+                          rng=np.random.default_rng([self.seed, self.update]))
 
     def _drift(self, samples: Sequence[Sample]) -> dict[str, float]:
         """Policy drift from the SFT model on this update's samples (`bapsql.train.grpo.policy_drift`): the
