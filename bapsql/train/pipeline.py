@@ -10,8 +10,8 @@ Every stage of seed ``k`` works in ``run_dir = <out_dir>/<name>-seed<k>``:
   ``rollout.use_ray: false`` — and the `GRPOTrainer` loop; ``--resume`` continues from
   ``run_dir/grpo/checkpoints``. Leaves ``grpo/{adapter,merged}``, ``grpo/history.jsonl`` and the rollouts' Parquet
   logs under ``grpo/rollouts``;
-- `run_eval_stage`: the SFT and GRPO policies (merged folders) swept over ``eval.budgets`` × ``eval.seeds`` on
-  ``data.eval_split`` (`bapsql.rollout.sweep.run_sweep`), then `bapsql.analysis.analyze_runs` writes the report;
+- `bapsql.train.evaluation.run_eval_stage`: the SFT and GRPO policies (merged folders) swept over ``eval.budgets``
+  × ``eval.seeds`` on ``data.eval_split``, then the analysis report;
 - `run_recipe` runs the stages in order inside one Ray session (a private local Ray, or the cluster at
   ``rollout.ray_address``), skipping SFT when its outputs exist.
 
@@ -30,13 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bapsql.budgets import load_ladder
 from bapsql.errors import ConfigError
 from bapsql.train.config import TrainConfig
+from bapsql.train.engine_setup import engine_config
+from bapsql.train.evaluation import run_eval_stage, write_learning_curves
 from bapsql.train.sft import SFTResult
-
-MODEL_LEN_MARGIN = 64
-
 
 @dataclass(frozen=True)
 class GRPOResult:
@@ -170,24 +168,6 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
-def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[str, ...] | None = None) -> Any:
-    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``), long enough for the
-    largest context budget of ``levels`` (default: the training levels; the evaluation passes its own)."""
-    from bapsql.rollout.engines.base import load_engine_config
-
-    ladder = load_ladder()
-    need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
-    raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
-    if lora:
-        raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)),
-                   max_loras=max(cfg.grpo.max_staleness + 1, int(raw.get("max_loras", 1) or 1)))  # k+1 versions
-    ec = load_engine_config(raw, "rollout.engine")
-    if ec.max_model_len < need:
-        raise ConfigError(f"rollout.engine.max_model_len: {ec.max_model_len} cannot hold the largest budget's "
-                          f"context; set at least {need}")
-    return ec
-
-
 def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
                    updates: int | None = None, subdir: str = "grpo") -> GRPOResult:
     """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it).
@@ -282,85 +262,6 @@ def _progress_line(update: int, total: int, m: dict[str, float]) -> str:
     return (f"update {update}/{total}: success {m['success/all']:.2f}, reward {m['reward/mean']:.3f}, kept "
             f"{int(m['filter/kept_groups'])}/{int(m['filter/drawn_groups'])} groups, loss {loss}, "
             f"rollout {m['time/rollout_s']:.1f}s learner {m['time/learner_s']:.1f}s sync {m['time/sync_s']:.1f}s")
-
-
-# --------------------------------------------------------------------------------------------------------- eval
-def eval_experiment(cfg: TrainConfig, models: dict[str, Path], methods: tuple[str, ...], *, run: str, split: str,
-                    out_dir: Path, seeds: tuple[int, ...] | None = None) -> Any:
-    """The validated `ExperimentConfig` of an evaluation sweep: ``methods`` (``model:<name>@<condition>``) served by
-    ``models`` (name → merged model folder) with the recipe's eval settings, on ``split``, into ``out_dir``."""
-    from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
-
-    engines = {name: engine_config(cfg, path, lora=False, levels=cfg.eval.budgets) for name, path in models.items()}
-    r = cfg.rollout
-    e = cfg.eval
-    return validate(ExperimentConfig(
-        run=run, benchmark=cfg.data.benchmark, methods=methods, split=split, limit=e.limit, budgets=e.budgets,
-        seeds=e.seeds if seeds is None else seeds, samples_per_group=e.samples_per_group, engines=engines,
-        sampling=SamplingConfig(max_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-                                template_kwargs=dict(cfg.model.chat_template_kwargs)),
-        workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
-                              env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
-        prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration))
-
-
-def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None,
-                   split: str | None = None) -> tuple[Any, Path]:
-    """Sweep the given policies (name → merged model folder) on ``split`` (default ``data.eval_split``) and analyse
-    the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
-    ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
-    from bapsql.analysis.analyze import analyze_runs
-    from bapsql.experiment import MODEL_PREFIX
-    from bapsql.rollout.sweep import run_sweep
-
-    split = split or cfg.data.eval_split
-    suffix = "" if split == cfg.data.eval_split else "_" + split.replace(":", "-")
-    run_dir = cfg.run_dir(seed)
-    r = cfg.rollout
-    e = cfg.eval
-    methods = tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,)))
-    exp = eval_experiment(cfg, models, methods, run=f"{cfg.name}-seed{seed}-eval{suffix}", split=split,
-                          out_dir=run_dir / f"eval{suffix}")
-    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
-                        backend="ray" if r.use_ray else "local")
-    report = run_dir / f"report{suffix}"
-    ref = e.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
-    reference = (f"{MODEL_PREFIX}{ref}@{e.conditions[0] if e.conditions else cfg.condition}"
-                 if ref in models and len(models) > 1 else None)
-    analyze_runs([run_dir / f"eval{suffix}"], report, reference=reference, replicates=e.replicates, seed=seed)
-    return summary, report
-
-
-def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
-    """Put the run's learning curves into the report folder (PNG) and list them at the end of ``report.md``:
-    GRPO per update (`bapsql.train.curves.learning_curves_png`), the pretraining curve, the SFT loss."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        return []
-    from bapsql.train.curves import learning_curves_png, pretrain_curve_png, read_history
-
-    written = []
-    hist = run_dir / "grpo" / "history.jsonl"
-    if hist.is_file():
-        (report / "learning_curves.png").write_bytes(learning_curves_png(read_history(hist)))
-        written.append("learning_curves.png")
-    pre = run_dir / "pretrain" / "result.json"
-    if pre.is_file():
-        (report / "pretrain_curve.png").write_bytes(
-            pretrain_curve_png(json.loads(pre.read_text())["curve"], title="pretraining (full parameters)"))
-        written.append("pretrain_curve.png")
-    sft = run_dir / "sft" / "result.json"
-    if sft.is_file():
-        losses = json.loads(sft.read_text()).get("losses") or []
-        if losses:
-            (report / "sft_curve.png").write_bytes(pretrain_curve_png(
-                [{"step": i, "loss": v} for i, v in enumerate(losses)], title="SFT (LoRA): completion loss per step"))
-            written.append("sft_curve.png")
-    md = report / "report.md"
-    if written and md.is_file():
-        md.write_text(md.read_text() + "\n## Learning curves\n\n" + "\n".join(f"![{w}]({w})" for w in written) + "\n")
-    return written
 
 
 # ------------------------------------------------------------------------------------------------------- recipe

@@ -293,7 +293,7 @@ def _run_seed_stage(cfg: Table2Config, seed: int, stage: str, action: Action, co
         run_grpo_stage(rl_config(t, stage), seed, resume=action == "resume", console=console, subdir=stage)
     else:
         from bapsql.rollout.sweep import run_sweep
-        from bapsql.train.pipeline import eval_experiment
+        from bapsql.train.evaluation import eval_experiment
 
         out = run / "table2" / "eval"
         exp = eval_experiment(t, eval_models(cfg, seed, console), tuple(r.method for r in table2_rows(cfg)),

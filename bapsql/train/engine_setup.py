@@ -1,0 +1,30 @@
+"""The rollout engine of a training stage: the recipe's ``rollout.engine`` mapping made into an `EngineConfig` for one
+model folder, sized for the largest context budget it will serve (GRPO: the training levels; evaluation: its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bapsql.budgets import load_ladder
+from bapsql.errors import ConfigError
+from bapsql.experiment import MODEL_LEN_MARGIN
+from bapsql.train.config import TrainConfig
+
+
+def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[str, ...] | None = None) -> Any:
+    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``), long enough for the
+    largest context budget of ``levels`` (default: the training levels; the evaluation passes its own)."""
+    from bapsql.rollout.engines.base import load_engine_config
+
+    ladder = load_ladder()
+    need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
+    raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
+    if lora:
+        raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)),
+                   max_loras=max(cfg.grpo.max_staleness + 1, int(raw.get("max_loras", 1) or 1)))  # k+1 versions
+    ec = load_engine_config(raw, "rollout.engine")
+    if ec.max_model_len < need:
+        raise ConfigError(f"rollout.engine.max_model_len: {ec.max_model_len} cannot hold the largest budget's "
+                          f"context; set at least {need}")
+    return ec

@@ -1,0 +1,97 @@
+"""The evaluation stage of a training recipe: the trained policies swept on held-out tasks, the analysis report, and
+the run's learning curves beside it.
+
+- `eval_experiment`: the validated sweep config of ``model:<name>@<condition>`` methods served by merged folders,
+  with the recipe's eval settings (the one builder of evaluation sweeps: the recipe and Table 2 use it);
+- `run_eval_stage`: the SFT and GRPO policies swept over ``eval.budgets`` × ``eval.seeds`` on ``data.eval_split``
+  (or another split, reported in ``report_<split>/``; `bapsql.rollout.sweep.run_sweep`), then
+  `bapsql.analysis.analyze_runs` writes the report;
+- `write_learning_curves`: the GRPO, pretraining and SFT curves as PNG into a report folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bapsql.train.config import TrainConfig
+from bapsql.train.engine_setup import engine_config
+
+
+def eval_experiment(cfg: TrainConfig, models: dict[str, Path], methods: tuple[str, ...], *, run: str, split: str,
+                    out_dir: Path, seeds: tuple[int, ...] | None = None) -> Any:
+    """The validated `ExperimentConfig` of an evaluation sweep: ``methods`` (``model:<name>@<condition>``) served by
+    ``models`` (name → merged model folder) with the recipe's eval settings, on ``split``, into ``out_dir``."""
+    from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
+
+    engines = {name: engine_config(cfg, path, lora=False, levels=cfg.eval.budgets) for name, path in models.items()}
+    r = cfg.rollout
+    e = cfg.eval
+    return validate(ExperimentConfig(
+        run=run, benchmark=cfg.data.benchmark, methods=methods, split=split, limit=e.limit, budgets=e.budgets,
+        seeds=e.seeds if seeds is None else seeds, samples_per_group=e.samples_per_group, engines=engines,
+        sampling=SamplingConfig(max_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
+                                template_kwargs=dict(cfg.model.chat_template_kwargs)),
+        workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
+                              env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
+        prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration))
+
+
+def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None,
+                   split: str | None = None) -> tuple[Any, Path]:
+    """Sweep the given policies (name → merged model folder) on ``split`` (default ``data.eval_split``) and analyse
+    the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
+    ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
+    from bapsql.analysis.analyze import analyze_runs
+    from bapsql.experiment import MODEL_PREFIX
+    from bapsql.rollout.sweep import run_sweep
+
+    split = split or cfg.data.eval_split
+    suffix = "" if split == cfg.data.eval_split else "_" + split.replace(":", "-")
+    run_dir = cfg.run_dir(seed)
+    r = cfg.rollout
+    e = cfg.eval
+    methods = tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,)))
+    exp = eval_experiment(cfg, models, methods, run=f"{cfg.name}-seed{seed}-eval{suffix}", split=split,
+                          out_dir=run_dir / f"eval{suffix}")
+    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
+                        backend="ray" if r.use_ray else "local")
+    report = run_dir / f"report{suffix}"
+    ref = e.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
+    reference = (f"{MODEL_PREFIX}{ref}@{e.conditions[0] if e.conditions else cfg.condition}"
+                 if ref in models and len(models) > 1 else None)
+    analyze_runs([run_dir / f"eval{suffix}"], report, reference=reference, replicates=e.replicates, seed=seed)
+    return summary, report
+
+
+def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
+    """Put the run's learning curves into the report folder (PNG) and list them at the end of ``report.md``:
+    GRPO per update (`bapsql.train.curves.learning_curves_png`), the pretraining curve, the SFT loss."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    from bapsql.train.curves import learning_curves_png, pretrain_curve_png, read_history
+
+    written = []
+    hist = run_dir / "grpo" / "history.jsonl"
+    if hist.is_file():
+        (report / "learning_curves.png").write_bytes(learning_curves_png(read_history(hist)))
+        written.append("learning_curves.png")
+    pre = run_dir / "pretrain" / "result.json"
+    if pre.is_file():
+        (report / "pretrain_curve.png").write_bytes(
+            pretrain_curve_png(json.loads(pre.read_text())["curve"], title="pretraining (full parameters)"))
+        written.append("pretrain_curve.png")
+    sft = run_dir / "sft" / "result.json"
+    if sft.is_file():
+        losses = json.loads(sft.read_text()).get("losses") or []
+        if losses:
+            (report / "sft_curve.png").write_bytes(pretrain_curve_png(
+                [{"step": i, "loss": v} for i, v in enumerate(losses)], title="SFT (LoRA): completion loss per step"))
+            written.append("sft_curve.png")
+    md = report / "report.md"
+    if written and md.is_file():
+        md.write_text(md.read_text() + "\n## Learning curves\n\n" + "\n".join(f"![{w}]({w})" for w in written) + "\n")
+    return written
