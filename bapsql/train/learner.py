@@ -27,6 +27,9 @@ Contract:
   pool collapses throughput). ``wrap`` (e.g. Ray Train's ``prepare_model`` → DDP) wraps the module used for the
   forward pass; accumulation micro-batches then skip the all-reduce (``no_sync``) until the last one.
 
+- Saving and loading (the adapter, the learner's checkpoint state, the merged folder): the `LearnerState` mixin,
+  `bapsql.train.learner_state`.
+
 Shapes: a `Sample` holds parallel lists ``input_ids``, ``loss_mask`` (1 on trained tokens) and, for GRPO,
 ``engine_logprobs`` (the sampling logprob on mask-1 tokens) — exactly `bapsql.policies.chat.Segment`'s fields.
 """
@@ -47,7 +50,8 @@ from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
 from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs
 
-from bapsql.train.model_parts import discover_lora_targets, dropout_disabled, is_weight_file
+from bapsql.train.learner_state import LearnerState
+from bapsql.train.model_parts import discover_lora_targets, dropout_disabled
 
 
 @dataclass(frozen=True)
@@ -106,17 +110,6 @@ def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]
     return f
 
 
-def _to_cpu(obj: Any) -> Any:
-    """``obj`` with every tensor inside (dicts, lists, tuples) moved to the CPU."""
-    if hasattr(obj, "detach") and hasattr(obj, "cpu"):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
-
-
 def _keep_hidden(store: dict[str, Any]) -> Callable[..., None]:
     """A forward hook for the decoder that keeps its final (normed) hidden states ``[b, T, H]`` in ``store``."""
     def hook(_module: Any, _args: Any, output: Any) -> None:
@@ -124,7 +117,7 @@ def _keep_hidden(store: dict[str, Any]) -> Callable[..., None]:
     return hook
 
 
-class Learner:
+class Learner(LearnerState):
     """Causal LM + LoRA + AdamW (see the module docstring)."""
 
     def __init__(self, cfg: LearnerConfig, *, wrap: Callable[[Any], Any] | None = None):
@@ -366,92 +359,3 @@ class Learner:
 
         with dropout_disabled(self.model):
             return self._update(samples, pg)
-
-    # ------------------------------------------------------------------------------------------- save / load
-    def save_adapter(self, out_dir: str | Path) -> Path:
-        """Write the adapter (``adapter_config.json`` + ``adapter_model.safetensors``) to ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out, safe_serialization=True)
-        return out
-
-    def adapter_state(self) -> dict[str, Any]:
-        """The adapter's tensors (cloned to CPU)."""
-        from peft import get_peft_model_state_dict
-
-        return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self.model).items()}
-
-    def load_adapter_state(self, state: dict[str, Any]) -> None:
-        from peft import set_peft_model_state_dict
-
-        result = set_peft_model_state_dict(self.model, state)
-        unexpected = getattr(result, "unexpected_keys", [])
-        if unexpected:
-            raise ConfigError(f"adapter state does not fit this model: unexpected keys {unexpected[:3]}...")
-
-    def training_state(self) -> dict[str, Any]:
-        """Optimizer, scheduler and step (what a checkpoint needs besides the adapter), every tensor on the CPU: a
-        CPU-only process (a cluster's driver) can hold and deserialise it."""
-        return _to_cpu({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                        "step": self.step})
-
-    def load_training_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])  # casts the moments to each parameter's device
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
-
-    def save_state(self, out_dir: str | Path) -> Path:
-        """Write this learner's own part of a checkpoint into ``out_dir`` (DESIGN §5): ``adapter/``, ``trainer.pt``
-        (optimizer, scheduler, step; tensors moved to the CPU) and ``rng.pt`` (the RNG states of this process).
-        On a cluster the learner runs in an actor on a GPU node and writes to shared storage itself, so no GPU
-        tensor ever travels to the driver."""
-        import torch
-
-        from bapsql.train.checkpoint import capture_rng
-
-        out = Path(out_dir)
-        self.save_adapter(out / "adapter")
-        torch.save(self.training_state(), out / "trainer.pt")
-        torch.save(capture_rng(), out / "rng.pt")
-        return out
-
-    def load_state(self, path: str | Path, *, rng: bool = True) -> None:
-        """Restore what `save_state` wrote (adapter tensors, optimizer, scheduler, step and, with ``rng``, this
-        process's RNG states); tensors are loaded onto this learner's device (``map_location``), whatever device
-        wrote them."""
-        import torch
-        from safetensors.torch import load_file
-
-        from bapsql.train.checkpoint import restore_rng
-
-        p = Path(path)
-        adapter_file = p / "adapter" / "adapter_model.safetensors"
-        if not adapter_file.is_file():
-            raise ConfigError(f"{p}: checkpoint has no adapter/adapter_model.safetensors")
-        self.load_adapter_state(load_file(str(adapter_file), device=str(self.device)))
-        self.load_training_state(torch.load(p / "trainer.pt", map_location=self.device, weights_only=False))
-        if rng:
-            restore_rng(torch.load(p / "rng.pt", map_location="cpu", weights_only=False))
-
-    def merge_and_save(self, out_dir: str | Path) -> Path:
-        """Save base + adapter merged into a plain transformers folder (the next stage's base model), with every
-        non-weight file of the base folder (tokenizer, chat template, vocab / merges, processor and generation
-        configs, ...) copied alongside unless the save wrote it. The learner itself is unchanged."""
-        import copy
-        import shutil
-
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        merged = copy.deepcopy(self.model).merge_and_unload()
-        merged.save_pretrained(out, safe_serialization=True)
-        written = {p.name for p in out.iterdir()}
-        src = Path(self.cfg.model_path)
-        for f in src.iterdir():
-            if f.name in written or f.name.startswith(".") or is_weight_file(f.name):
-                continue
-            if f.is_file():
-                shutil.copyfile(f, out / f.name)
-            elif f.is_dir():
-                shutil.copytree(f, out / f.name, dirs_exist_ok=True,
-                                ignore=lambda _d, names: [n for n in names if is_weight_file(n)])
-        return out
