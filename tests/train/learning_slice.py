@@ -1,0 +1,235 @@
+"""A minute-scale slice of the CPU learning recipe for the learning regression test (and its sabotage script).
+
+The slice: one database of the embedded demo benchmark, its first ``tasks`` train tasks, budget XS, terse prompt.
+
+1. **Start policy** (`train_start_policy`): a fresh tiny model trained with all parameters
+   (`bapsql.train.pretrain.train_sequences`) on two whole episodes per slice task from the same first prompt: the
+   direct-aggregation workflow's successful one (`bapsql.policies.sft_export.export_sft`, successes only) and one
+   that abstains at once (`abstain_rows`). It plays both well and picks either about half the time, so at the
+   training temperature ~40 % of its episodes succeed; the environment's reward is 0 for the abstention.
+2. **GRPO** (`run_slice`): the real loop, `bapsql.train.loop.GRPOTrainer`, wired as `run_grpo_stage` wires it
+   (LoRA learner on the start policy, HF engine in-process, env worker, the environment's reward, the difficulty
+   filter, weight sync with its probe check) for ``updates`` updates of ``epochs x mini_batches`` optimizer steps.
+3. **Measure** (`served_success`): budgeted success of the policy the engine serves, on fixed (task, XS, seed)
+   prompts, ``samples`` episodes each at the training temperature, with fixed sampling seeds: once after the
+   first sync (the start policy: its LoRA is zero) and once after the final sync. Same seeds before and after, so
+   the difference is the policy's change, not sampling luck.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DB = "football"
+LEVEL = "XS"
+ABSTAIN_REASON = "the budget is too small to answer this question"
+
+
+@dataclass(frozen=True)
+class SliceSettings:
+    """Everything the slice run depends on (defaults: the learning regression test's settings)."""
+
+    db: str = DB
+    tasks: int = 24
+    start_steps: int = 400  # start policy: full-parameter steps on the slice's episodes
+    start_lr: float = 3e-3
+    abstain_rows: bool = True  # start policy also imitates abstaining at once on every slice task
+    hidden: int = 64
+    layers: int = 2
+    temperature: float = 0.5
+    lr: float = 1e-3
+    epochs: int = 2
+    mini_batches: int = 2
+    updates: int = 6
+    groups: int = 4  # kept groups per update
+    group_size: int = 8
+    max_rounds: int = 2
+    lora_rank: int = 16
+    samples: int = 8  # evaluation episodes per prompt
+    eval_tasks: int | None = None  # None: every slice task
+    max_new_tokens: int = 96
+    seed: int = 0
+
+
+@dataclass
+class SliceResult:
+    before: float
+    after: float
+    history: list[dict] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def slice_tasks(s: SliceSettings) -> tuple[Path, list[Any]]:
+    """The demo benchmark (the cached build; built on first use) and the slice's tasks."""
+    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+
+    root = resolve_benchmark("demo")
+    tasks = [t for t in load_tasks(root, "train") if t.db_id == s.db][:s.tasks]
+    if len(tasks) < s.tasks:
+        raise RuntimeError(f"{s.db} has only {len(tasks)} train tasks")
+    return root, tasks
+
+
+def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path) -> tuple[Path, list[Any]]:
+    """The start policy (see the module docstring) saved as a transformers folder under ``out``, and the slice
+    tasks the workflow solves at XS (the others have no episode to imitate)."""
+    import pyarrow.parquet as pq
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.sft_export import export_sft
+    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.train.pretrain import _read_rows, train_sequences
+
+    model_dir = out / "start"
+    make_tiny_model(model_dir, seed=s.seed, spec=TinySpec(
+        hidden_size=s.hidden, num_layers=s.layers, num_heads=max(1, s.hidden // 32), num_kv_heads=1,
+        intermediate_size=3 * s.hidden, max_position_embeddings=2048))
+    episodes = out / "episodes.parquet"
+    export_sft(root, "train", len(tasks), episodes, seed=s.seed, workflows=("workflow.direct_aggregation",),
+               budgets=(LEVEL,), env_options=EnvOptions(prompt_style="terse"), per_episode=True, tasks=tasks,
+               only_successes=True, tokenizer_dir=model_dir)
+    rows = _read_rows(episodes)
+    if s.abstain_rows:
+        rows += abstain_rows(rows, model_dir)
+    torch.manual_seed(s.seed)
+    model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
+    train_sequences(model, rows, steps=s.start_steps, batch=8, lr=s.start_lr, seed=s.seed, pad=pad,
+                    log_every=10 ** 9, warmup=20)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    solved = set(pq.read_table(episodes, columns=["task_id"]).column("task_id").to_pylist())
+    return model_dir, [t for t in tasks if t.task_id in solved]
+
+
+def abstain_rows(rows: list[dict], model_dir: Path) -> list[dict]:
+    """For each episode row, the one-turn episode that abstains at once from the same first prompt: the token
+    stream `export_sft` would write for it (first prompt + the rendered `Abstain` call + end of turn)."""
+    from bapsql.env.actions import Abstain, render_action
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.policies.sft_export import END_OF_TURN
+
+    template = ChatTemplate.from_dir(model_dir)
+    completion = template.encode(render_action(Abstain(ABSTAIN_REASON)) + END_OF_TURN)
+    out = []
+    for r in rows:
+        prompt = list(r["input_ids"][:list(r["loss_mask"]).index(1)])
+        out.append({"input_ids": prompt + completion, "loss_mask": [0] * len(prompt) + [1] * len(completion)})
+    return out
+
+
+def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
+    """The `TrainConfig` of the slice's GRPO stage: LoRA straight on the start policy (``sft_init: none``)."""
+    from bapsql.config import from_mapping
+    from bapsql.train.config import TrainConfig
+
+    return from_mapping(TrainConfig, {
+        "name": "learning-slice", "out_dir": str(out / "runs"), "prompt_style": "terse", "seeds": [s.seed],
+        "model": {"base": str(model_dir), "dtype": "float32", "device": "cpu", "threads": 1},
+        "lora": {"rank": s.lora_rank, "alpha": 2 * s.lora_rank, "dropout": 0.0},
+        "data": {"benchmark": "demo", "split": "train"},
+        "grpo": {"lr": s.lr, "updates": s.updates, "temperature": s.temperature, "top_p": 1.0,
+                 "max_new_tokens": s.max_new_tokens, "micro_batch_tokens": 8192, "sft_init": "none",
+                 "epochs": s.epochs, "mini_batches": s.mini_batches},
+        "reward": {"variant": "full"},
+        "filter": {"group_size": s.group_size, "min_success": 1, "max_success": s.group_size - 1,
+                   "groups_per_update": s.groups, "max_rounds": s.max_rounds, "max_groups_per_round": s.groups},
+        "budgets": {"levels": [LEVEL]},
+        "rollout": {"engine": {"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
+                    "use_ray": False, "env_workers": 1, "engine_threads": 1, "in_flight": 64,
+                    "write_trajectories": False},
+        "sync": {"tolerance": 0.02, "max_tolerance": 0.5},
+        "checkpoint": {"every": 1000, "keep": 1},
+        "monitor": {"kind": "none"},
+    })
+
+
+def make_trainer(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> tuple[Any, Any]:
+    """(trainer, rollouts): `GRPOTrainer` over an in-process `TrainingRollouts`, as `run_grpo_stage` builds them."""
+    from bapsql.env.conditions import method_name
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.rollout.agent import AgentConfig
+    from bapsql.rollout.backend import LocalBackend
+    from bapsql.rollout.driver import DriverConfig
+    from bapsql.train.learner import Learner
+    from bapsql.train.loop import GRPOTrainer
+    from bapsql.train.pipeline import engine_config
+    from bapsql.train.rollouts import TrainingRollouts
+    from bapsql.train.weight_sync import make_probe
+
+    g = cfg.grpo
+    learner = Learner(cfg.learner_config(model_dir, "grpo", seed=cfg.seeds[0], total_steps=g.updates))
+    agent = AgentConfig(model_dir=str(model_dir), max_tokens=g.max_new_tokens, temperature=g.temperature,
+                        top_p=g.top_p)
+    rollouts = TrainingRollouts(
+        LocalBackend(), run_name="learning-slice", method=method_name(cfg.rollout.method, cfg.condition),
+        agent=agent, engine=engine_config(cfg, model_dir, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
+        env_workers=1, env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
+        driver_config=DriverConfig(in_flight=cfg.rollout.in_flight), engine_threads=1)
+    trainer = GRPOTrainer(cfg, seed=cfg.seeds[0], learner=learner, rollouts=rollouts, tasks=tasks,
+                          probe=make_probe(ChatTemplate.from_dir(model_dir), cfg.sync.probe_completion_tokens),
+                          run_dir=run_dir)
+    return trainer, rollouts
+
+
+def served_success(rollouts: Any, tasks: list[Any], version: int, *, seed: int = 10_000) -> float:
+    """Budgeted success of the adapter the engine serves now, over one group per task at XS (fixed seeds)."""
+    from bapsql.train.sampler import Prompt
+
+    groups = rollouts.play([Prompt(t.task_id, LEVEL, seed) for t in tasks], version)
+    flat = [bool(t.episode["success"]) for g in groups for t in g]
+    return sum(flat) / len(flat)
+
+
+def run_slice(s: SliceSettings, out: Path, *, log: Any = None) -> SliceResult:
+    """Start policy → served success → GRPO → served success (see the module docstring)."""
+    import torch
+
+    torch.set_num_threads(1)
+    say = log or (lambda msg: None)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    root, tasks = slice_tasks(s)
+    model_dir, tasks = train_start_policy(s, root, tasks, out)
+    seconds["start_policy"] = time.perf_counter() - t
+    say(f"start policy: {seconds['start_policy']:.0f} s")
+    cfg = slice_config(s, model_dir, out)
+    trainer, rollouts = make_trainer(cfg, model_dir, tasks, out / "grpo")
+    eval_tasks = tasks[:s.eval_tasks] if s.eval_tasks else tasks
+    try:
+        trainer.start()
+        t = time.perf_counter()
+        before = served_success(_with_group(rollouts, s.samples), eval_tasks, trainer.update)
+        seconds["eval_before"] = time.perf_counter() - t
+        say(f"before: {before:.3f} ({seconds['eval_before']:.0f} s)")
+        history = []
+        t = time.perf_counter()
+        for _ in range(s.updates):
+            _with_group(rollouts, s.group_size)
+            rec = trainer.step()
+            m = rec.metrics
+            history.append(m)
+            say(f"update {rec.update}: sampled success {m['success/all']:.2f}, kept "
+                f"{int(m['filter/kept_groups'])}/{int(m['filter/drawn_groups'])}, clip "
+                f"{m.get('learner/clip_frac', float('nan')):.3f}, rollout {m['time/rollout_s']:.0f} s, learner "
+                f"{m['time/learner_s']:.0f} s")
+        seconds["grpo"] = time.perf_counter() - t
+        t = time.perf_counter()
+        after = served_success(_with_group(rollouts, s.samples), eval_tasks, trainer.update)
+        seconds["eval_after"] = time.perf_counter() - t
+        say(f"after: {after:.3f} ({seconds['eval_after']:.0f} s)")
+    finally:
+        rollouts.close()
+    return SliceResult(before, after, history, seconds)
+
+
+def _with_group(rollouts: Any, size: int) -> Any:
+    """Set the episodes per group the rollouts play (evaluation and training may differ)."""
+    rollouts.groups.samples_per_group = size
+    return rollouts
