@@ -21,6 +21,7 @@ computed per group before any of this, so a mini-batch may hold parts of several
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -61,8 +62,6 @@ def grpo_steps(learner: Any, samples: Sequence[Sample], loss_cfg: LossConfig, *,
     """The optimizer steps of one GRPO update (see the module docstring) on a `Learner` or a `RemoteLearner`;
     returns their combined metrics (`combine_metrics`). ``rng`` shuffles the mini-batches (needed when more than
     one step is taken)."""
-    import time
-
     if epochs * mini_batches == 1:
         return learner.grpo_update(samples, loss_cfg)
     if rng is None:
