@@ -12,9 +12,9 @@ sampled with policy version ``max(0, t − k)``. Step ``u``:
 2. gate its kept groups by staleness (`bapsql.train.staleness.staleness_gate`: a group whose version is more than
    ``k`` behind the learner's ``u`` is dropped and counted, never trained) and build the learner samples;
 3. train in a learner thread (policy drift, then the update's optimizer steps, `bapsql.train.minibatch`; the
-   loss's truncated importance weight ``min(π_u / π_v, is_cap)`` corrects for the behaviour policy ``v``, `bapsql.train.grpo`), while this thread
-   generates the batches of updates ``u+1 … u+k`` not yet pending — draw, play, judge and refill with the
-   difficulty filter — with the version the engines serve, ``u``;
+   loss's truncated importance weight ``min(π_u / π_v, is_cap)`` corrects for the behaviour policy ``v``,
+   `bapsql.train.grpo`), while this thread generates the batches of updates ``u+1 … u+k`` not yet pending —
+   draw, play, judge and refill with the difficulty filter — with the version the engines serve, ``u``;
 4. join, then sync version ``u+1`` to every engine replica (save, load, the probe logprob check: every sync is
    checked, as in the synchronous loop);
 5. log and checkpoint.

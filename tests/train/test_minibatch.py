@@ -50,8 +50,8 @@ def test_plan_rejects_bad_counts():
 
 def test_combine_metrics_sums_tokens_and_stats():
     def m(loss, tokens, clipped):
-        return UpdateMetrics(loss=loss, grad_norm=2 * loss, lr=1e-3, sequences=3, tokens=tokens, loss_tokens=tokens // 2,
-                             micro_batches=1, seconds=1.0,
+        return UpdateMetrics(loss=loss, grad_norm=2 * loss, lr=1e-3, sequences=3, tokens=tokens,
+                             loss_tokens=tokens // 2, micro_batches=1, seconds=1.0,
                              stats=LossStats(tokens / 2, clipped, tokens / 2, 0, 0, 0, -loss, is_weight_max=loss))
     out = combine_metrics([m(1.0, 10, 1), m(3.0, 20, 4)], sequences=6, extra_seconds=0.5)
     assert out.loss == 2.0 and out.grad_norm == 4.0 and out.lr == 1e-3 and out.sequences == 6
