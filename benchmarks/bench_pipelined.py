@@ -39,7 +39,7 @@ def build(cfg, base, run_dir: Path, backend_kind: str):
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.train.learner import Learner
     from bapsql.train.overlap import make_trainer
-    from bapsql.train.pipeline import engine_config
+    from bapsql.train.engine_setup import engine_config
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 

@@ -100,7 +100,7 @@ def main() -> None:
     from bapsql.rollout.runner import resolve_benchmark
     from bapsql.train.loop import GRPOTrainer
     from bapsql.env.records import EnvOptions
-    from bapsql.train.pipeline import engine_config
+    from bapsql.train.engine_setup import engine_config
     from bapsql.train.rollouts import TrainingRollouts
 
     cfg = TrainConfig(

@@ -32,7 +32,6 @@ from typing import Any
 
 from bapsql.errors import ConfigError
 from bapsql.train.config import TrainConfig
-from bapsql.train.engine_setup import engine_config
 from bapsql.train.evaluation import run_eval_stage, write_learning_curves
 from bapsql.train.sft import SFTResult
 
@@ -173,16 +172,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it).
     ``subdir``: the stage's folder under the run dir (``grpo``; Table 2 trains two rewards side by side from one SFT
     model, in ``rl_full`` and ``rl_sql``, with ``cfg.reward`` set per stage)."""
-    from bapsql.env.conditions import method_name
-    from bapsql.env.records import EnvOptions
-    from bapsql.logs.monitor import make_monitor
-    from bapsql.policies.chat import ChatTemplate
-    from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.driver import DriverConfig
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
-    from bapsql.train.overlap import make_trainer
-    from bapsql.train.rollouts import TrainingRollouts
-    from bapsql.train.weight_sync import make_probe
+    from bapsql.train.grpo_setup import build_grpo
 
     t0 = time.perf_counter()
     run_dir = cfg.run_dir(seed)
@@ -194,44 +185,12 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     if not tasks:
         raise ConfigError(f"data.split {cfg.data.split!r} has no tasks")
     total = cfg.grpo.updates if updates is None else updates
-    lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total))
-    if cfg.model.remote_learner:
-        from bapsql.rollout.ray_shell.learner import RemoteLearner
-
-        learner = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
-    else:
-        from bapsql.train.learner import Learner
-
-        learner = Learner(lcfg)
-    r = cfg.rollout
-    if r.use_ray:
-        from bapsql.rollout.ray_shell import RayBackend
-
-        backend: Any = RayBackend()
-    else:
-        from bapsql.rollout.backend import LocalBackend
-
-        backend = LocalBackend()
-    agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
-                        top_p=cfg.grpo.top_p, template_kwargs=dict(cfg.model.chat_template_kwargs))
-    n_workers = max(1, min(r.env_workers, len({t.db_id for t in tasks})))
-    rollouts = TrainingRollouts(
-        backend, run_name=f"{cfg.name}-seed{seed}-{subdir}", method=method_name(r.method, cfg.condition), agent=agent,
-        engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
-        env_workers=n_workers, engine_replicas=r.engine_replicas,
-        env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
-        writer_dir=str(grpo_dir / "rollouts") if r.write_trajectories else None,
-        driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
-        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
-    monitor_run = f"{cfg.name}-seed{seed}" + ("" if subdir == "grpo" else f"-{subdir}")
-    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run,
-                           config=dataclasses.asdict(cfg), dir=grpo_dir)
+    setup = build_grpo(cfg, seed, base=base, tasks=tasks, run_dir=grpo_dir, total_updates=total,
+                       run_name=f"{cfg.name}-seed{seed}-{subdir}",
+                       monitor_run=f"{cfg.name}-seed{seed}" + ("" if subdir == "grpo" else f"-{subdir}"))
+    learner, trainer = setup.learner, setup.trainer
     history_path = grpo_dir / "history.jsonl"
     try:
-        trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
-                               probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
-                                                **cfg.model.chat_template_kwargs),
-                               run_dir=grpo_dir, monitor=monitor)
         first = trainer.start(resume=resume)
         resumed_from = trainer.update
         if not resume and history_path.exists():
@@ -247,10 +206,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         adapter = learner.save_adapter(grpo_dir / "adapter")
         merged = learner.merge_and_save(grpo_dir / "merged")
     finally:
-        monitor.close()
-        rollouts.close()
-        if hasattr(learner, "close"):
-            learner.close()
+        setup.close()
     history = tuple(json.loads(line) for line in history_path.read_text().splitlines()) \
         if history_path.exists() else ()
     return GRPOResult(run_dir=grpo_dir, updates=total, resumed_from=resumed_from, adapter_dir=Path(adapter),

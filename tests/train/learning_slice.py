@@ -84,7 +84,7 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
     from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
-    from bapsql.train.pretrain import _read_rows, train_sequences
+    from bapsql.train.pretrain import read_rows, train_sequences
 
     model_dir = out / "start"
     make_tiny_model(model_dir, seed=s.seed, spec=TinySpec(
@@ -94,7 +94,7 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     export_sft(root, "train", len(tasks), episodes, seed=s.seed, workflows=("workflow.direct_aggregation",),
                budgets=(LEVEL,), env_options=EnvOptions(prompt_style="terse"), per_episode=True, tasks=tasks,
                only_successes=True, tokenizer_dir=model_dir)
-    rows = _read_rows(episodes)
+    rows = read_rows(episodes)
     if s.abstain_rows:
         rows += abstain_rows(rows, model_dir)
     torch.manual_seed(s.seed)
@@ -149,33 +149,12 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
     })
 
 
-def make_trainer(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> tuple[Any, Any]:
-    """(trainer, rollouts): `GRPOTrainer` over an in-process `TrainingRollouts`, as `run_grpo_stage` builds them."""
-    from bapsql.env.conditions import method_name
-    from bapsql.env.records import EnvOptions
-    from bapsql.policies.chat import ChatTemplate
-    from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.backend import LocalBackend
-    from bapsql.rollout.driver import DriverConfig
-    from bapsql.train.learner import Learner
-    from bapsql.train.loop import GRPOTrainer
-    from bapsql.train.pipeline import engine_config
-    from bapsql.train.rollouts import TrainingRollouts
-    from bapsql.train.weight_sync import make_probe
+def make_setup(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> Any:
+    """The slice's `bapsql.train.grpo_setup.GRPOSetup`: the wiring `run_grpo_stage` runs (in-process rollouts)."""
+    from bapsql.train.grpo_setup import build_grpo
 
-    g = cfg.grpo
-    learner = Learner(cfg.learner_config(model_dir, "grpo", seed=cfg.seeds[0], total_steps=g.updates))
-    agent = AgentConfig(model_dir=str(model_dir), max_tokens=g.max_new_tokens, temperature=g.temperature,
-                        top_p=g.top_p)
-    rollouts = TrainingRollouts(
-        LocalBackend(), run_name="learning-slice", method=method_name(cfg.rollout.method, cfg.condition),
-        agent=agent, engine=engine_config(cfg, model_dir, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
-        env_workers=1, env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
-        driver_config=DriverConfig(in_flight=cfg.rollout.in_flight), engine_threads=1)
-    trainer = GRPOTrainer(cfg, seed=cfg.seeds[0], learner=learner, rollouts=rollouts, tasks=tasks,
-                          probe=make_probe(ChatTemplate.from_dir(model_dir), cfg.sync.probe_completion_tokens),
-                          run_dir=run_dir)
-    return trainer, rollouts
+    return build_grpo(cfg, cfg.seeds[0], base=model_dir, tasks=tasks, run_dir=run_dir, run_name="learning-slice",
+                      total_updates=cfg.grpo.updates)
 
 
 def served_success(rollouts: Any, tasks: list[Any], version: int, *, seed: int = 10_000) -> float:
@@ -200,7 +179,8 @@ def run_slice(s: SliceSettings, out: Path, *, log: Any = None) -> SliceResult:
     seconds["start_policy"] = time.perf_counter() - t
     say(f"start policy: {seconds['start_policy']:.0f} s")
     cfg = slice_config(s, model_dir, out)
-    trainer, rollouts = make_trainer(cfg, model_dir, tasks, out / "grpo")
+    setup = make_setup(cfg, model_dir, tasks, out / "grpo")
+    trainer, rollouts = setup.trainer, setup.rollouts
     eval_tasks = tasks[:s.eval_tasks] if s.eval_tasks else tasks
     try:
         trainer.start()
@@ -225,11 +205,11 @@ def run_slice(s: SliceSettings, out: Path, *, log: Any = None) -> SliceResult:
         seconds["eval_after"] = time.perf_counter() - t
         say(f"after: {after:.3f} ({seconds['eval_after']:.0f} s)")
     finally:
-        rollouts.close()
+        setup.close()
     return SliceResult(before, after, history, seconds)
 
 
 def _with_group(rollouts: Any, size: int) -> Any:
     """Set the episodes per group the rollouts play (evaluation and training may differ)."""
-    rollouts.groups.samples_per_group = size
+    rollouts.set_group_size(size)
     return rollouts

@@ -45,7 +45,7 @@ def build(cfg, tiny, run_dir, learner=None):
     from bapsql.train.learner import Learner
     from bapsql.train.loop import GRPOTrainer
     from bapsql.env.records import EnvOptions
-    from bapsql.train.pipeline import engine_config
+    from bapsql.train.engine_setup import engine_config
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 

@@ -19,7 +19,7 @@ def build(cfg, tiny, run_dir, backend=None):
     from bapsql.rollout.backend import LocalBackend
     from bapsql.train.learner import Learner
     from bapsql.train.overlap import make_trainer
-    from bapsql.train.pipeline import engine_config
+    from bapsql.train.engine_setup import engine_config
     from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 

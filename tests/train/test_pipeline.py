@@ -4,7 +4,7 @@ import pytest
 
 from bapsql.errors import ConfigError
 from bapsql.train.config import ModelSection, RolloutSection, TrainConfig
-from bapsql.train.pipeline import engine_config
+from bapsql.train.engine_setup import engine_config
 
 
 def test_recipes_name_their_condition_and_unknown_ones_are_refused(tmp_path):

@@ -1,0 +1,110 @@
+"""The GRPO stage's parts wired from one training config: `build_grpo` -> `GRPOSetup` (learner, rollouts, trainer,
+monitor).
+
+`bapsql.train.pipeline.run_grpo_stage` and the learning regression slice (`tests/train/learning_slice.py`) both
+build their loop here, so the test exercises exactly the wiring the recipe runs:
+
+- the learner: a local `bapsql.train.learner.Learner`, or a `RemoteLearner` actor with ``model.remote_learner``;
+- the rollouts: `bapsql.train.rollouts.TrainingRollouts` on Ray actors (``rollout.use_ray``) or in-process, with
+  the HF/vLLM engine of `engine_setup.engine_config` serving LoRA adapters of ``base``, the condition's env options
+  and the terse or full prompt of ``prompt_style``;
+- the trainer: `bapsql.train.overlap.make_trainer` (synchronous, or pipelined at ``grpo.max_staleness > 0``), its
+  sync probe rendered with the config's chat-template options;
+- the monitor of ``monitor.kind`` (W&B offline when there is no key; ``none`` for tests).
+
+`GRPOSetup.close` closes what was opened (monitor, rollouts' actors, a remote learner), in that order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from bapsql.train.config import TrainConfig
+from bapsql.train.engine_setup import engine_config
+
+
+@dataclass
+class GRPOSetup:
+    """The parts of one GRPO run; ``trainer`` holds the others too (see the module docstring)."""
+
+    learner: Any
+    rollouts: Any
+    trainer: Any
+    monitor: Any
+
+    def close(self) -> None:
+        """Close the monitor, the rollouts and a remote learner; each runs even when one before it raised."""
+        try:
+            self.monitor.close()
+        finally:
+            try:
+                self.rollouts.close()
+            finally:
+                if hasattr(self.learner, "close"):
+                    self.learner.close()
+
+
+def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any], run_dir: Path, run_name: str,
+               total_updates: int, monitor_run: str | None = None) -> GRPOSetup:
+    """Wire the GRPO loop of ``cfg`` (module docstring) training a fresh LoRA on ``base`` over ``tasks``.
+
+    ``run_dir``: the stage's folder (checkpoints, rollout logs with ``rollout.write_trajectories``, the monitor's
+    files); ``run_name``: the rollouts' run name in the logs; ``total_updates``: the scheduler's horizon;
+    ``monitor_run``: the monitor's run name (default ``run_name``)."""
+    from bapsql.env.conditions import method_name
+    from bapsql.env.records import EnvOptions
+    from bapsql.logs.monitor import make_monitor
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.rollout.agent import AgentConfig
+    from bapsql.rollout.driver import DriverConfig
+    from bapsql.train.overlap import make_trainer
+    from bapsql.train.rollouts import TrainingRollouts
+    from bapsql.train.weight_sync import make_probe
+
+    lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total_updates))
+    if cfg.model.remote_learner:
+        from bapsql.rollout.ray_shell.learner import RemoteLearner
+
+        learner: Any = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
+    else:
+        from bapsql.train.learner import Learner
+
+        learner = Learner(lcfg)
+    r = cfg.rollout
+    if r.use_ray:
+        from bapsql.rollout.ray_shell import RayBackend
+
+        backend: Any = RayBackend()
+    else:
+        from bapsql.rollout.backend import LocalBackend
+
+        backend = LocalBackend()
+    template_kwargs = dict(cfg.model.chat_template_kwargs)
+    agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
+                        top_p=cfg.grpo.top_p, template_kwargs=template_kwargs)
+    monitor = None
+    rollouts = None
+    try:
+        rollouts = TrainingRollouts(
+            backend, run_name=run_name, method=method_name(r.method, cfg.condition), agent=agent,
+            engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
+            env_workers=max(1, min(r.env_workers, len({t.db_id for t in tasks}))), engine_replicas=r.engine_replicas,
+            env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
+            writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
+            driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
+            engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
+        monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run or run_name,
+                               config=dataclasses.asdict(cfg), dir=run_dir)
+        trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
+                               probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
+                                                **template_kwargs),
+                               run_dir=run_dir, monitor=monitor)
+    except BaseException:
+        for part in (monitor, rollouts, learner):
+            if part is not None and hasattr(part, "close"):
+                part.close()
+        raise
+    return GRPOSetup(learner=learner, rollouts=rollouts, trainer=trainer, monitor=monitor)
