@@ -84,10 +84,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from bapsql.train.pretrain import _read_rows
+    from bapsql.train.pretrain import read_rows
 
     torch.set_num_threads(1)
-    rows = _read_rows(args.heldout)[:args.limit]
+    rows = read_rows(args.heldout)[:args.limit]
     print("| model | question -> SQL values exact | result -> answer numbers exact | NLL | exact |")
     print("|---|---|---|---|---|")
     for path in args.models:

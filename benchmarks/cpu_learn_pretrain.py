@@ -27,7 +27,7 @@ def main() -> None:
     from bapsql.policies.sft_export import export_sft
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
-    from bapsql.train.pretrain import _read_rows, train_sequences
+    from bapsql.train.pretrain import read_rows, train_sequences
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", default="football")
@@ -52,7 +52,7 @@ def main() -> None:
         res = export_sft(root, "train", int(0.8 * len(aug)), corpus, workflows=("workflow.direct_aggregation",),
                          budgets=("XS", "S"), env_options=options, per_episode=True, tasks=aug, only_successes=True)
         print(f"{len(aug)} augmented tasks -> {res.pairs} episodes in {time.perf_counter() - t:.0f} s", flush=True)
-    rows, held = _read_rows(corpus), _read_rows(held_path)[:32]
+    rows, held = read_rows(corpus), read_rows(held_path)[:32]
     model_dir = out / "model"
     make_tiny_model(model_dir, spec=TinySpec(hidden_size=a.hidden, intermediate_size=3 * a.hidden,
                                              num_heads=a.hidden // 32, num_kv_heads=max(1, a.hidden // 64)))

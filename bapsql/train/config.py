@@ -146,7 +146,10 @@ class DataSection:
 class PretrainSection:
     """In-domain pretraining of a freshly built tiny model (`bapsql.train.pretrain`); when enabled it replaces
     ``model.base``. The corpus: whole episodes of ``workflows`` at ``budgets`` over ``augment_rounds`` rounds of
-    augmented tasks on the training databases (`bapsql.data.augment`), at most ``corpus_episodes``."""
+    augmented tasks on the training databases (`bapsql.data.augment`), at most ``corpus_episodes``, split evenly over
+    ``conditions`` (empty: the training condition). Several conditions make a backbone that can act under each
+    interface, as an instruction-tuned LLM can: the prompting rows of Table 2 then measure the interface, not a
+    format the model never saw."""
 
     enabled: bool = False
     hidden_size: int = 128
@@ -159,6 +162,7 @@ class PretrainSection:
     corpus_episodes: int = 3000
     workflows: tuple[str, ...] = ("workflow.direct_aggregation",)
     budgets: tuple[str, ...] = ("XS", "S")
+    conditions: tuple[str, ...] = ()  # conditions the corpus episodes are played under (empty: `condition`)
     steps: int = 1000
     batch: int = 8
     lr: float = 3e-3
@@ -351,7 +355,8 @@ class TrainConfig:
         from bapsql.env.conditions import condition as condition_named
 
         for where, name in (("condition", self.condition),
-                            *((f"eval.conditions[{i}]", c) for i, c in enumerate(self.eval.conditions))):
+                            *((f"eval.conditions[{i}]", c) for i, c in enumerate(self.eval.conditions)),
+                            *((f"pretrain.conditions[{i}]", c) for i, c in enumerate(self.pretrain.conditions))):
             try:
                 condition_named(name)
             except ConfigError as exc:

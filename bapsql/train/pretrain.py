@@ -12,7 +12,8 @@ Contract of `run_pretrain(cfg, seed, run_dir)`:
 - builds the model from ``cfg.pretrain`` (`TinySpec`, random init from ``seed``; `make_tiny_model` without its
   tokenizer-corpus steps) into ``run_dir/pretrain/model``;
 - exports the corpus once into ``run_dir/pretrain/corpus.parquet`` (`export_sft` with ``per_episode``, successes only,
-  the config's prompt style, workflows and budgets, over `augment_tasks` excluding ``data.eval_split``'s tasks);
+  the config's prompt style, workflows and budgets, over `augment_tasks` excluding ``data.eval_split``'s tasks; with
+  several ``pretrain.conditions`` an equal share of the episodes under each, `corpus_conditions`);
 - trains ``steps`` AdamW steps of ``batch`` episodes (warm-up, cosine to 10 %), logits only at completion positions
   (the output matrix is a third of the FLOPs; most positions are prompt), on ``threads`` torch threads; with
   ``copy_batch > 0`` each step also trains ``copy_batch`` sequences of the synthetic copy task
@@ -154,7 +155,36 @@ def train_sequences(model: Any, rows: list[dict], *, steps: int, batch: int, lr:
     return curve, tokens, time.perf_counter() - t0
 
 
-def _read_rows(path: Path) -> list[dict]:
+def corpus_conditions(cfg: Any) -> tuple[str, ...]:
+    """The conditions the corpus is played under: ``pretrain.conditions``, or the training condition alone."""
+    return tuple(cfg.pretrain.conditions) or (cfg.condition,)
+
+
+def _shares(total: int, k: int) -> list[int]:
+    """``total`` split into ``k`` near-equal positive parts (the first ``total % k`` one larger)."""
+    if total < k:
+        raise ConfigError(f"pretrain: {total} corpus episodes cannot cover {k} conditions; raise corpus_episodes or "
+                          "augment_rounds")
+    return [total // k + (i < total % k) for i in range(k)]
+
+
+def _concat_parquet(parts: list[Path], out: Path) -> None:
+    """Concatenate Parquet files of one schema into ``out`` (written whole, then renamed), then drop the parts."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.concat_tables([pq.read_table(p) for p in parts], promote_options="default")
+    tmp = out.with_name(f".{out.name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)
+    for p in parts:
+        p.unlink()
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The ``input_ids`` / ``loss_mask`` rows of a sequence Parquet file (a corpus, or `export_sft`'s episodes)."""
     import pyarrow.parquet as pq
 
     return pq.read_table(path, columns=["input_ids", "loss_mask"]).to_pylist()
@@ -196,11 +226,19 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
             console.print(f"[cyan]pretrain corpus: {len(aug)} augmented tasks on the {cfg.data.split} databases[/cyan]")
         # one pass over the augmented tasks draws one budget per task; asking for more episodes than tasks would
         # replay passes mostly for the other budget's near-duplicate (only the dashboard line differs)
-        export_sft(root, cfg.data.split, min(p.corpus_episodes, int(0.8 * len(aug))), corpus, seed=seed,
-                   workflows=p.workflows, budgets=p.budgets, env_options=options, per_episode=True, tasks=aug,
-                   only_successes=True, tokenizer_dir=model_dir)
-    rows = _read_rows(corpus)
-    heldout = _read_rows(heldout_path)[:32]
+        total = min(p.corpus_episodes, int(0.8 * len(aug)))
+        conditions = corpus_conditions(cfg)
+        parts = []
+        for i, (cond, n) in enumerate(zip(conditions, _shares(total, len(conditions)), strict=True)):
+            part = corpus if len(conditions) == 1 else out / f"corpus-{cond}.parquet"
+            export_sft(root, cfg.data.split, n, part, seed=seed + 101 * i, workflows=p.workflows, budgets=p.budgets,
+                       condition=cond, env_options=options, per_episode=True, tasks=aug, only_successes=True,
+                       tokenizer_dir=model_dir)
+            parts.append(part)
+        if len(parts) > 1:
+            _concat_parquet(parts, corpus)
+    rows = read_rows(corpus)
+    heldout = read_rows(heldout_path)[:32]
     pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
     threads = torch.get_num_threads()
     torch.set_num_threads(p.threads)

@@ -66,3 +66,58 @@ def test_heldout_metrics_agree_with_the_loss_and_count_exact_completions():
     want_exact = sum(all(int(logits[b, t - 1].argmax()) == r["input_ids"][t]
                          for t in range(1, len(r["input_ids"])) if r["loss_mask"][t]) for b, r in enumerate(rows))
     assert m["exact"] == want_exact / len(rows) and 0 <= m["token_acc"] <= 1
+
+
+def test_shares_split_the_corpus_evenly_and_refuse_too_few_episodes():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from bapsql.errors import ConfigError
+    from bapsql.train.pretrain import _shares
+
+    @given(st.integers(1, 500), st.integers(1, 8))
+    def check(total, k):
+        if total < k:
+            with pytest.raises(ConfigError, match="corpus_episodes"):
+                _shares(total, k)
+            return
+        parts = _shares(total, k)
+        assert len(parts) == k and sum(parts) == total and max(parts) - min(parts) <= 1 and min(parts) >= 1
+
+    check()
+
+
+def test_a_bad_pretrain_condition_is_named():
+    from bapsql.config import from_mapping
+    from bapsql.errors import ConfigError
+    from bapsql.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"pretrain\.conditions\[1\]"):
+        from_mapping(TrainConfig, {"name": "x", "model": {"base": "builtin:tiny"},
+                                   "pretrain": {"conditions": ["raw", "nope"]}})
+
+
+def test_corpus_holds_an_equal_share_of_episodes_under_each_condition(tmp_path):
+    """Two conditions: half the corpus episodes under each, and only the dashboard condition's show the budget
+    line (the raw interface shows none), so the backbone sees both interfaces."""
+    import pyarrow.parquet as pq
+
+    from bapsql.config import from_mapping
+    from bapsql.policies.chat import ChatTemplate
+    from bapsql.train.config import TrainConfig
+    from bapsql.train.pretrain import run_pretrain
+
+    cfg = from_mapping(TrainConfig, {
+        "name": "p", "out_dir": str(tmp_path), "prompt_style": "terse", "model": {"base": "builtin:tiny"},
+        "data": {"split": "train", "eval_split": "test"},
+        "pretrain": {"enabled": True, "steps": 1, "batch": 2, "corpus_episodes": 12, "augment_rounds": 1,
+                     "log_every": 1, "hidden_size": 32, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
+                     "intermediate_size": 64, "max_positions": 4096, "conditions": ["raw", "dashboard"]}})
+    run = tmp_path / "p-seed0"
+    result = run_pretrain(cfg, 0, run)
+    assert result.corpus_episodes == 12
+    rows = pq.read_table(run / "pretrain" / "corpus.parquet").to_pylist()
+    template = ChatTemplate.from_dir(run / "pretrain" / "model")
+    shown = [("[left]" in template.decode(r["input_ids"])) for r in rows]
+    assert sum(shown) == 6, shown
+    assert not list((run / "pretrain").glob("corpus-*.parquet"))  # the parts were merged and dropped
