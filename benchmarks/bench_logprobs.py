@@ -100,7 +100,7 @@ def main() -> None:
     from bapsql.train.logprobs import auto_chunk
 
     args.chunk = args.chunk or auto_chunk(args.vocab)
-    print(f"| case | positions | path | peak above start (MiB) | logits [N, V] float32 (MiB) |")
+    print("| case | positions | path | peak above start (MiB) | logits [N, V] float32 (MiB) |")
     print("|---|---:|---|---:|---:|")
     per_token = []
     for n in (512, 1024, 2048):

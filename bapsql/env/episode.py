@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Callable
 from bapsql.budgets import Budget
 from bapsql.db.shield import busy_result
 from bapsql.env import render
-from bapsql.env.actions import InvalidAction, parse_action
+from bapsql.env.actions import parse_action
 from bapsql.env.evidence import EvidenceStore
 from bapsql.env.handlers import ActionHandlers
 from bapsql.env.handles import DatabaseHandles

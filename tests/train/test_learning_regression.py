@@ -23,7 +23,6 @@ a proportion at 0.5), and before/after share sampling seeds, so 0.15 is ≥ 4 sd
 while the real run clears it by about as much again.
 """
 
-import os
 
 import pytest
 
