@@ -123,8 +123,14 @@ def orderings(s: Summary, rows: tuple[Row, ...]) -> tuple[tuple[Ordering, ...], 
         p_l = PAPER_TABLE2["bap_rl"][3] - PAPER_TABLE2["sft"][3]
         known = g_xs is not None and g_l is not None
         att = Ordering("gain@XS", "gain@L", "XS vs L", p_xs - p_l, (g_xs - g_l) if known else None, None,
-                       (g_xs - g_l > 0) if known else None, False)
+                       attenuates(g_xs, g_l) if known else None, False)
     return tuple(out), att
+
+
+def attenuates(gain_xs: float, gain_l: float) -> bool:
+    """The paper's attenuation: a positive gain over SFT at XS that is smaller at L. A gain that is negative at XS
+    (RL below SFT) does not attenuate, however it changes by L."""
+    return gain_xs > 0 and gain_xs - gain_l > 0
 
 
 def table2_result(cfg: Table2Config, s2: Summary, s3: Summary) -> Table2Result:
@@ -199,8 +205,8 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
               f"({sum(o.clear for o in n)} with an interval clear of zero)."]
     if res.attenuation is not None:
         a = res.attenuation
-        lines.append(f"Attenuation (BAP-SQL RL − SFT gain at XS minus the gain at L): paper {_f(a.paper_delta, True)}"
-                     f" pp, here {_f(a.delta, True)} pp: {_holds(a)}.")
+        lines.append(f"Attenuation (BAP-SQL RL − SFT gain at XS minus the gain at L; holds only for a positive "
+                     f"gain at XS): paper {_f(a.paper_delta, True)} pp, here {_f(a.delta, True)} pp: {_holds(a)}.")
     lines += ["", f"## Table 3 gate: RL − SFT (reference `{s3.reference}`)", ""]
     for g in res.gates:
         lines += [f"- `{g.method}`: gate **{'passes' if g.passed else 'does not pass'}** ("

@@ -222,3 +222,12 @@ def test_write_report_writes_both_analyses_and_table2_md(tmp_path):
     assert (out / "table2" / "report.md").is_file() and (out / "table2" / "frontier.png").is_file()
     assert json.loads((out / "gate" / "summary.json").read_text())["reference"] == "model.sft@full"
     assert json.loads((out / "table2" / "summary.json").read_text())["reference"] == "model.base@dashboard"
+
+
+def test_attenuation_needs_a_positive_gain_at_xs_that_narrows_by_l():
+    from bapsql.train.table2_report import attenuates
+
+    assert attenuates(3.4, 1.5)
+    assert not attenuates(1.5, 3.4)  # the gain grows
+    assert not attenuates(-1.6, -3.2)  # RL below SFT at XS: nothing to attenuate, even if L is lower still
+    assert not attenuates(0.0, -1.0)
