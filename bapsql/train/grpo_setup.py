@@ -36,15 +36,17 @@ class GRPOSetup:
     monitor: Any
 
     def close(self) -> None:
-        """Close the monitor, the rollouts and a remote learner; each runs even when one before it raised."""
+        """Close the monitor, the rollouts and a remote learner (the parts that exist and can close); each runs even
+        when one before it raised."""
+        _close_all([p for p in (self.monitor, self.rollouts, self.learner) if p is not None and hasattr(p, "close")])
+
+
+def _close_all(parts: list[Any]) -> None:
+    if parts:
         try:
-            self.monitor.close()
+            parts[0].close()
         finally:
-            try:
-                self.rollouts.close()
-            finally:
-                if hasattr(self.learner, "close"):
-                    self.learner.close()
+            _close_all(parts[1:])
 
 
 def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any], run_dir: Path, run_name: str,
@@ -103,8 +105,6 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
                                                 **template_kwargs),
                                run_dir=run_dir, monitor=monitor)
     except BaseException:
-        for part in (monitor, rollouts, learner):
-            if part is not None and hasattr(part, "close"):
-                part.close()
+        GRPOSetup(learner=learner, rollouts=rollouts, trainer=None, monitor=monitor).close()
         raise
     return GRPOSetup(learner=learner, rollouts=rollouts, trainer=trainer, monitor=monitor)

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from typing import Any, Sequence
 
-from bapsql.errors import ConfigError, EngineError
+from bapsql.errors import EngineError
 from bapsql.rollout.agent import AgentConfig
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import Driver, DriverConfig, RolloutResult
@@ -79,9 +79,7 @@ class TrainingRollouts:
     # ----------------------------------------------------------------------------------------------- rollouts
     def set_group_size(self, size: int) -> None:
         """Play ``size`` episodes per prompt from now on (an evaluation may want more or fewer than training)."""
-        if size < 1:
-            raise ConfigError(f"group size must be at least 1, got {size}")
-        self.groups.samples_per_group = size
+        self.groups = GroupSampler(self.groups.run, samples_per_group=size)  # it checks the size
 
     def play(self, prompts: Sequence[Prompt], policy_version: int) -> list[list[Any]]:
         """Play one group per prompt with the current adapter; groups in prompt order, samples in order."""

@@ -37,3 +37,10 @@ def test_a_local_learner_without_close_is_fine():
     log: list[str] = []
     GRPOSetup(learner=object(), rollouts=Part("rollouts", log), trainer=None, monitor=Part("monitor", log)).close()
     assert log == ["monitor", "rollouts"]
+
+
+def test_parts_not_built_yet_are_skipped():
+    """`build_grpo` closes what it had built when a later part fails to build (monitor and rollouts still None)."""
+    log: list[str] = []
+    GRPOSetup(learner=Part("learner", log), rollouts=None, trainer=None, monitor=None).close()
+    assert log == ["learner"]
