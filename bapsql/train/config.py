@@ -16,7 +16,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
-           epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch)}
+           epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch),
+           prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -234,8 +235,18 @@ class GRPOSection:
     # one step, the ratio to the rollout policy is 1 in value
     epochs: int = 1
     mini_batches: int = 1
+    # where GRPO's prompts come from: "split" = data.split's tasks (the tasks SFT was fit on); "augmented" = fresh
+    # questions of the same templates on the same databases (bapsql.data.augment, prompt_rounds rounds, never a
+    # data.eval_split question), so the reward pays for copying this episode's values, not for recalling answers
+    # SFT memorised (bapsql.train.pipeline.grpo_tasks)
+    prompts: Literal["split", "augmented"] = "split"
+    prompt_rounds: int = 4
 
     def __post_init__(self) -> None:
+        if self.prompts not in ("split", "augmented"):
+            raise ConfigError(f"grpo.prompts: must be 'split' or 'augmented', got {self.prompts!r}")
+        if self.prompt_rounds < 1:
+            raise ConfigError(f"grpo.prompt_rounds: must be >= 1, got {self.prompt_rounds}")
         if self.epochs < 1 or self.mini_batches < 1:
             raise ConfigError(f"grpo.epochs and grpo.mini_batches must be >= 1 (optimizer steps per update = their "
                               f"product), got {self.epochs} and {self.mini_batches}")

@@ -167,12 +167,35 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
+def grpo_tasks(cfg: TrainConfig, seed: int, root: Path) -> list[Any]:
+    """GRPO's prompts under ``grpo.prompts``: the tasks of ``data.split`` (SFT's own), or ``grpo.prompt_rounds``
+    rounds of augmented tasks on its databases (`bapsql.data.augment`, seed ``seed + 2``: the pretraining corpus
+    draws with ``seed + 1``) with no question of ``data.split`` or ``data.eval_split``; ``data.limit`` keeps the
+    first N either way. Raises `ConfigError` when none are left."""
+    from bapsql.rollout.runner import load_tasks
+
+    split = load_tasks(root, cfg.data.split)
+    if cfg.grpo.prompts == "split":
+        tasks = split
+    else:
+        from bapsql.data.augment import augment_tasks
+
+        tasks = augment_tasks(root, cfg.data.split, cfg.grpo.prompt_rounds, seed=seed + 2,
+                              exclude=[*split, *load_tasks(root, cfg.data.eval_split)])
+    tasks = tasks if cfg.data.limit is None else tasks[:cfg.data.limit]
+    if not tasks:
+        raise ConfigError(f"grpo.prompts {cfg.grpo.prompts!r}: data.split {cfg.data.split!r} gives no tasks"
+                          + (" (the embedded generator knows none of its databases)"
+                             if cfg.grpo.prompts == "augmented" else ""))
+    return tasks
+
+
 def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
                    updates: int | None = None, subdir: str = "grpo") -> GRPOResult:
     """Run GRPO (see the module docstring). With ``rollout.use_ray`` Ray must be up (`run_recipe` opens it).
     ``subdir``: the stage's folder under the run dir (``grpo``; Table 2 trains two rewards side by side from one SFT
     model, in ``rl_full`` and ``rl_sql``, with ``cfg.reward`` set per stage)."""
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.rollout.runner import resolve_benchmark
     from bapsql.train.grpo_setup import build_grpo
 
     t0 = time.perf_counter()
@@ -180,10 +203,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     grpo_dir = run_dir / subdir
     grpo_dir.mkdir(parents=True, exist_ok=True)
     base = policy_base(cfg, seed, console)
-    tasks = load_tasks(resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)), cfg.data.split,
-                       limit=cfg.data.limit)
-    if not tasks:
-        raise ConfigError(f"data.split {cfg.data.split!r} has no tasks")
+    tasks = grpo_tasks(cfg, seed, resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)))
+    _say(console, f"GRPO prompts: {len(tasks)} tasks ({cfg.grpo.prompts})")
     total = cfg.grpo.updates if updates is None else updates
     setup = build_grpo(cfg, seed, base=base, tasks=tasks, run_dir=grpo_dir, total_updates=total,
                        run_name=f"{cfg.name}-seed{seed}-{subdir}",

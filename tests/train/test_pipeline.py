@@ -102,3 +102,39 @@ def test_a_resumed_grpo_stage_logs_each_update_once(tiny_model_dir, tmp_path):
     assert again.resumed_from == 2
     lines = [json.loads(x) for x in (again.run_dir / "history.jsonl").read_text().splitlines()]
     assert [h["update"] for h in lines] == [1, 2, 3] and [h["update"] for h in again.history] == [1, 2, 3]
+
+
+def test_augmented_grpo_prompts_are_fresh_questions_of_the_training_databases():
+    """``grpo.prompts: augmented``: tasks on data.split's databases whose questions are neither SFT's (data.split)
+    nor held out (data.eval_split), drawn apart from the pretraining corpus (seed + 1) and the same on a rerun;
+    ``data.limit`` keeps the first N; "split" gives SFT's own tasks."""
+    from bapsql.config import from_mapping
+    from bapsql.data.augment import augment_tasks, normalise
+    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.train.pipeline import grpo_tasks
+
+    root = resolve_benchmark("demo")
+    raw = {"name": "g", "model": {"base": "builtin:tiny"}, "data": {"split": "train", "eval_split": "test"}, "grpo": {"prompts": "augmented",
+                                                                              "prompt_rounds": 1}}
+    cfg = from_mapping(TrainConfig, raw)
+    tasks = grpo_tasks(cfg, 0, root)
+    train, test = load_tasks(root, "train"), load_tasks(root, "test")
+    seen = {normalise(t.question) for t in [*train, *test]}
+    assert tasks and not any(normalise(t.question) in seen for t in tasks)
+    assert {t.db_id for t in tasks} <= {t.db_id for t in train} and all("augmented" in t.tags for t in tasks)
+    assert [t.question for t in grpo_tasks(cfg, 0, root)] == [t.question for t in tasks]
+    corpus = {normalise(t.question) for t in augment_tasks(root, "train", 1, seed=1, exclude=[*train, *test])}
+    assert {normalise(t.question) for t in tasks} != corpus
+    limited = from_mapping(TrainConfig, {**raw, "data": {**raw["data"], "limit": 5}})
+    assert [t.task_id for t in grpo_tasks(limited, 0, root)] == [t.task_id for t in tasks[:5]]
+    own = from_mapping(TrainConfig, {"name": "g", "model": {"base": "builtin:tiny"}, "data": {"split": "train", "eval_split": "test"}})
+    assert [t.task_id for t in grpo_tasks(own, 0, root)] == [t.task_id for t in train]
+
+
+@pytest.mark.parametrize("grpo, key", [({"prompts": "test"}, "grpo.prompts"),
+                                       ({"prompt_rounds": 0}, "grpo.prompt_rounds")])
+def test_a_bad_grpo_prompt_source_is_named(grpo, key):
+    from bapsql.config import from_mapping
+
+    with pytest.raises(ConfigError, match=key):
+        from_mapping(TrainConfig, {"name": "g", "model": {"base": "builtin:tiny"}, "grpo": grpo})
