@@ -17,7 +17,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
            epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch),
-           prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4}
+           prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4,
+           schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -241,8 +242,13 @@ class GRPOSection:
     # SFT memorised (bapsql.train.pipeline.grpo_tasks)
     prompts: Literal["split", "augmented"] = "split"
     prompt_rounds: int = 4
+    # the learning rate over the run's optimizer steps (updates x epochs x mini_batches), after warmup_steps;
+    # "cosine" ends near 0, so the last updates' few noisy groups cannot throw the final policy far
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
 
     def __post_init__(self) -> None:
+        if self.schedule not in ("constant", "linear", "cosine"):
+            raise ConfigError(f"grpo.schedule: must be constant, linear or cosine, got {self.schedule!r}")
         if self.prompts not in ("split", "augmented"):
             raise ConfigError(f"grpo.prompts: must be 'split' or 'augmented', got {self.prompts!r}")
         if self.prompt_rounds < 1:
@@ -388,12 +394,15 @@ class TrainConfig:
 
     def learner_config(self, model_path: str | Path, stage: Literal["sft", "grpo"], *, seed: int,
                        total_steps: int, adapter_path: str | None = None) -> LearnerConfig:
-        """The learner settings of ``stage`` on ``model_path``."""
+        """The learner settings of ``stage`` on ``model_path``. ``total_steps``: SFT's optimizer steps, or GRPO's
+        updates (each ``grpo.epochs`` x ``grpo.mini_batches`` optimizer steps, the schedule's unit)."""
         s = self.sft if stage == "sft" else self.grpo
+        if stage == "grpo":
+            total_steps *= self.grpo.epochs * self.grpo.mini_batches
         # GRPO's learner scores the tokens under the distribution they were sampled from (logits / T; greedy is T=1)
         temperature = self.grpo.temperature if stage == "grpo" and self.grpo.temperature > 0 else 1.0
         optim = OptimConfig(lr=s.lr, warmup_steps=s.warmup_steps,
-                            schedule=self.sft.schedule if stage == "sft" else "constant",
+                            schedule=self.sft.schedule if stage == "sft" else self.grpo.schedule,
                             total_steps=max(1, total_steps),
                             max_grad_norm=self.grpo.max_grad_norm if stage == "grpo" else 1.0)
         return LearnerConfig(model_path=str(model_path), lora=self.lora, optim=optim, adapter_path=adapter_path,

@@ -88,3 +88,23 @@ def test_cluster_settings_reach_the_learner_chat_template_and_sync(tmp_path):
     path.write_text("name: x\nmodel: {base: m}\nsync: {delta_tolerance: 1.5}\n")
     with pytest.raises(ConfigError, match="delta_tolerance"):
         load_train_config(path)
+
+
+def test_a_grpo_schedule_spans_every_optimizer_step_of_the_run():
+    """``grpo.schedule`` decays over updates x epochs x mini_batches optimizer steps (the learner steps its
+    scheduler once per optimizer step), so a cosine run reaches its last step near 0, not at a quarter of the run;
+    the default stays constant and a bad name is refused with its key."""
+    from bapsql.config import from_mapping
+    from bapsql.train.config import TrainConfig
+    from bapsql.train.learner import _lr_lambda
+
+    raw = {"name": "x", "model": {"base": "m"}, "grpo": {"schedule": "cosine", "epochs": 2, "mini_batches": 2}}
+    optim = from_mapping(TrainConfig, raw).learner_config("m", "grpo", seed=0, total_steps=5).optim
+    assert (optim.schedule, optim.total_steps) == ("cosine", 20)
+    factor = _lr_lambda(optim.schedule, optim.warmup_steps, optim.total_steps)
+    assert factor(0) == 1.0 and factor(5) > 0.8 and factor(19) < 0.01
+    assert from_mapping(TrainConfig, {"name": "x", "model": {"base": "m"}}).learner_config(
+        "m", "grpo", seed=0, total_steps=5).optim.schedule == "constant"
+    assert from_mapping(TrainConfig, raw).learner_config("m", "sft", seed=0, total_steps=5).optim.total_steps == 5
+    with pytest.raises(ConfigError, match="grpo.schedule"):
+        from_mapping(TrainConfig, {"name": "x", "model": {"base": "m"}, "grpo": {"schedule": "step"}})
