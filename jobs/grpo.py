@@ -28,6 +28,7 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
 
     from bapsql.errors import BapsqlError
     from bapsql.train.config import load_train_config
+    from bapsql.train.evaluation import pooled_report
     from bapsql.train.pipeline import run_recipe, sft_dir
 
     console = Console(stderr=True)
@@ -58,6 +59,10 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
                 click.echo(f"seed {s}: {method}: {cells}")
             if result.report_dir is not None:
                 click.echo(f"seed {s}: report in {result.report_dir / 'report.md'}")
+        if "eval" in wanted and cfg.eval.enabled and seed is None and len(cfg.seeds) > 1:
+            pooled = pooled_report(cfg, cfg.seeds)
+            if pooled is not None:
+                click.echo(f"seeds {list(cfg.seeds)} pooled: report in {pooled / 'report.md'}")
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
 

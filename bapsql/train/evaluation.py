@@ -6,6 +6,7 @@ the run's learning curves beside it.
 - `run_eval_stage`: the SFT and GRPO policies swept over ``eval.budgets`` × ``eval.seeds`` on ``data.eval_split``
   (or another split, reported in ``report_<split>/``; `bapsql.rollout.sweep.run_sweep`), then
   `bapsql.analysis.analyze_runs` writes the report;
+- `pooled_report`: one report over several training seeds' evaluation sweeps (``<out_dir>/<name>-pooled/report``);
 - `write_learning_curves`: the GRPO, pretraining and SFT curves as PNG into a report folder.
 """
 
@@ -44,7 +45,6 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
     ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
     from bapsql.analysis.analyze import analyze_runs
-    from bapsql.experiment import MODEL_PREFIX
     from bapsql.rollout.sweep import run_sweep
 
     split = split or cfg.data.eval_split
@@ -58,11 +58,36 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
                         backend="ray" if r.use_ray else "local")
     report = run_dir / f"report{suffix}"
-    ref = e.reference  # a policy of this stage (sft / grpo); compared only when the other one ran too
-    reference = (f"{MODEL_PREFIX}{ref}@{e.conditions[0] if e.conditions else cfg.condition}"
-                 if ref in models and len(models) > 1 else None)
-    analyze_runs([run_dir / f"eval{suffix}"], report, reference=reference, replicates=e.replicates, seed=seed)
+    analyze_runs([run_dir / f"eval{suffix}"], report, reference=_reference(cfg, tuple(models)),
+                 replicates=e.replicates, seed=seed)
     return summary, report
+
+
+def pooled_report(cfg: TrainConfig, seeds: tuple[int, ...], *,
+                  models: tuple[str, ...] = ("sft", "grpo")) -> Path | None:
+    """Analyse the ``eval/`` sweeps of every seed in ``seeds`` that has one, together, into
+    ``<out_dir>/<name>-pooled/report`` (against ``eval.reference``, when that policy is among ``models``); None when
+    fewer than two seeds have a sweep. Each seed's sweep runs at ``eval.seeds``, so a task's cell holds every training
+    seed's episodes: the paired differences are of the mean over training seeds."""
+    from bapsql.analysis.analyze import analyze_runs
+
+    runs = [cfg.run_dir(s) / "eval" for s in seeds if (cfg.run_dir(s) / "eval" / "episodes").is_dir()]
+    if len(runs) < 2:
+        return None
+    out = Path(cfg.out_dir) / f"{cfg.name}-pooled" / "report"
+    analyze_runs(runs, out, reference=_reference(cfg, models), replicates=cfg.eval.replicates, seed=0)
+    return out
+
+
+def _reference(cfg: TrainConfig, models: tuple[str, ...]) -> str | None:
+    """The method the report compares against: ``eval.reference`` (sft / grpo) under the first evaluated
+    condition, when it is among ``models`` beside another policy; else None (no comparison)."""
+    from bapsql.experiment import MODEL_PREFIX
+
+    e = cfg.eval
+    if e.reference not in models or len(models) < 2:
+        return None
+    return f"{MODEL_PREFIX}{e.reference}@{e.conditions[0] if e.conditions else cfg.condition}"
 
 
 def write_learning_curves(run_dir: Path, report: Path) -> list[str]:

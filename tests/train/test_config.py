@@ -38,6 +38,7 @@ def test_cpu_learning_recipe_scores_held_out_tasks_of_the_training_databases():
     assert (cfg.data.split, cfg.data.eval_split) == ("train", "test") and "dev" in cfg.eval.extra_splits
     assert cfg.prompt_style == "terse" and cfg.pretrain.enabled and cfg.sft.per_episode and cfg.grpo.log_drift
     assert not cfg.sft.use_gpu and cfg.filter.min_success == 1 and cfg.filter.max_success == 7
+    assert (cfg.grpo.prompts, cfg.grpo.schedule) == ("augmented", "cosine")
 
 
 def test_smoke_recipe_is_cpu_sized():
