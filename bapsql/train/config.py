@@ -18,7 +18,9 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
            epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch),
            prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4,
-           schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps)}
+           schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps),
+           validate_every: 0 (N: greedy validation every N updates, bapsql.train.validation), validation_tasks: 64,
+           keep: last | best (the validated best update is the stage's policy)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -246,8 +248,25 @@ class GRPOSection:
     # the learning rate over the run's optimizer steps (updates x epochs x mini_batches), after warmup_steps;
     # "cosine" ends near 0, so the last updates' few noisy groups cannot throw the final policy far
     schedule: Literal["constant", "linear", "cosine"] = "constant"
+    # in-loop validation (bapsql.train.validation): every validate_every updates (and before the first) the policy
+    # plays validation_tasks fresh questions on data.split's databases, as the evaluation plays (eval.temperature,
+    # eval.max_new_tokens), at budgets.levels; 0 = off. keep: which policy the stage saves as grpo/{adapter,merged}:
+    # "last" (after grpo.updates) or "best" (the validated update with the highest success, the earliest on a tie;
+    # update 0 is the SFT policy itself)
+    validate_every: int = 0
+    validation_tasks: int = 64
+    keep: Literal["last", "best"] = "last"
 
     def __post_init__(self) -> None:
+        if self.validate_every < 0 or self.validation_tasks < 1:
+            raise ConfigError(f"grpo.validate_every must be >= 0 (0 = off) and grpo.validation_tasks >= 1, got "
+                              f"{self.validate_every} and {self.validation_tasks}")
+        if self.keep == "best" and not self.validate_every:
+            raise ConfigError("grpo.keep: best needs validation to choose by; set grpo.validate_every (e.g. 5) or "
+                              "keep: last")
+        if self.validate_every and self.max_staleness:
+            raise ConfigError("grpo.validate_every: validation runs between synchronous updates; with "
+                              "grpo.max_staleness >= 1 rollouts of later updates are in flight. Set one of them to 0")
         if self.prompt_rounds < 1:
             raise ConfigError(f"grpo.prompt_rounds: must be >= 1, got {self.prompt_rounds}")
         if self.epochs < 1 or self.mini_batches < 1:

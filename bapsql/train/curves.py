@@ -3,7 +3,8 @@ success histogram of drawn groups, and policy drift from the SFT model.
 
 `learning_curves_png(history)` takes the per-update metric dicts of ``grpo/history.jsonl`` (`GRPOTrainer` writes them;
 keys ``reward/mean``, ``success/all``, ``success/<level>``, ``filter/kept_share``, ``filter/successes_<k>``,
-``drift/kl_k3``) and returns PNG bytes; a metric missing from every update is drawn as an empty panel with a note.
+``drift/kl_k3``) and, optionally, the records of ``grpo/validation.jsonl`` (drawn from update 0 in the success
+panel), and returns PNG bytes; a metric missing from every update is drawn as an empty panel with a note.
 `pretrain_curve_png(curve)` draws the pretraining loss / held-out completion NLL against step.
 Requires matplotlib (the ``analysis`` extra); imported inside.
 """
@@ -35,7 +36,8 @@ def _series(history: Sequence[dict], key: str) -> tuple[list[float], list[float]
     return xs, ys
 
 
-def learning_curves_png(history: Sequence[dict], *, title: str = "GRPO learning curves") -> bytes:
+def learning_curves_png(history: Sequence[dict], *, title: str = "GRPO learning curves",
+                        validation: Sequence[dict] = ()) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,7 +54,10 @@ def learning_curves_png(history: Sequence[dict], *, title: str = "GRPO learning 
     levels = sorted({k.split("/", 1)[1] for rec in history for k in rec if k.startswith("success/")} - {"all"})
     for lv in levels:
         ax.plot(*_series(history, f"success/{lv}"), marker=".", label=lv, alpha=0.7)
-    ax.set_title("success rate (rollouts)")
+    if validation:
+        ax.plot([float(v["update"]) for v in validation], [float(v["mean"]) for v in validation], marker="s",
+                color="tab:red", label="validation (greedy)")
+    ax.set_title("success rate (rollouts; validation from update 0)")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
     ax = axes[2]

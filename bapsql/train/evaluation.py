@@ -12,6 +12,7 @@ the run's learning curves beside it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,13 @@ def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
     if importlib.util.find_spec("matplotlib") is None:
         return []
     from bapsql.train.curves import learning_curves_png, pretrain_curve_png, read_history
+    from bapsql.train.validation import VALIDATION_FILE, read_validation
 
     written = []
     hist = run_dir / "grpo" / "history.jsonl"
     if hist.is_file():
-        (report / "learning_curves.png").write_bytes(learning_curves_png(read_history(hist)))
+        val = [dataclasses.asdict(r) for r in read_validation(run_dir / "grpo" / VALIDATION_FILE)]
+        (report / "learning_curves.png").write_bytes(learning_curves_png(read_history(hist), validation=val))
         written.append("learning_curves.png")
     pre = run_dir / "pretrain" / "result.json"
     if pre.is_file():

@@ -50,12 +50,15 @@ def _close_all(parts: list[Any]) -> None:
 
 
 def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any], run_dir: Path, run_name: str,
-               total_updates: int, monitor_run: str | None = None) -> GRPOSetup:
+               total_updates: int, monitor_run: str | None = None,
+               validation: Sequence[Any] = ()) -> GRPOSetup:
     """Wire the GRPO loop of ``cfg`` (module docstring) training a fresh LoRA on ``base`` over ``tasks``.
 
     ``run_dir``: the stage's folder (checkpoints, rollout logs with ``rollout.write_trajectories``, the monitor's
     files); ``run_name``: the rollouts' run name in the logs; ``total_updates``: the scheduler's horizon;
-    ``monitor_run``: the monitor's run name (default ``run_name``)."""
+    ``monitor_run``: the monitor's run name (default ``run_name``); ``validation``: held-out tasks the rollouts can
+    also play by the evaluation's decoding (``TrainingRollouts.validate``, method ``<rollout.method>.val``), for
+    `bapsql.train.validation.Validator`."""
     from bapsql.env.conditions import method_name
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import make_monitor
@@ -87,17 +90,23 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
     template_kwargs = dict(cfg.model.chat_template_kwargs)
     agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
                         top_p=cfg.grpo.top_p, template_kwargs=template_kwargs)
+    eval_agent = None
+    if validation:
+        e = cfg.eval
+        eval_agent = AgentConfig(model_dir=str(base), max_tokens=e.max_new_tokens, temperature=e.temperature,
+                                 top_p=e.top_p, template_kwargs=template_kwargs)
     monitor = None
     rollouts = None
     try:
         rollouts = TrainingRollouts(
             backend, run_name=run_name, method=method_name(r.method, cfg.condition), agent=agent,
-            engine=engine_config(cfg, base, lora=True), tasks=tasks, group_size=cfg.filter.group_size,
+            engine=engine_config(cfg, base, lora=True), tasks=[*tasks, *validation], group_size=cfg.filter.group_size,
             env_workers=max(1, min(r.env_workers, len({t.db_id for t in tasks}))), engine_replicas=r.engine_replicas,
             env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
             writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
             driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
-            engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration)
+            engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration,
+            eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None)
         monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run or run_name,
                                config=dataclasses.asdict(cfg), dir=run_dir)
         trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,

@@ -84,20 +84,28 @@ class LearnerState:
         torch.save(capture_rng(), out / "rng.pt")
         return out
 
+    def load_adapter(self, adapter_dir: str | Path) -> None:
+        """Load the adapter tensors `save_adapter` wrote into ``adapter_dir`` onto this learner's device; the
+        optimizer, scheduler and step stay as they are (GRPO's ``keep: best`` loads a validated update this way)."""
+        from safetensors.torch import load_file
+
+        f = Path(adapter_dir) / "adapter_model.safetensors"
+        if not f.is_file():
+            raise ConfigError(f"{adapter_dir}: no adapter_model.safetensors (not a folder save_adapter wrote)")
+        self.load_adapter_state(load_file(str(f), device=str(self.device)))
+
     def load_state(self, path: str | Path, *, rng: bool = True) -> None:
         """Restore what `save_state` wrote (adapter tensors, optimizer, scheduler, step and, with ``rng``, this
         process's RNG states); tensors are loaded onto this learner's device (``map_location``), whatever device
         wrote them."""
         import torch
-        from safetensors.torch import load_file
 
         from bapsql.train.checkpoint import restore_rng
 
         p = Path(path)
-        adapter_file = p / "adapter" / "adapter_model.safetensors"
-        if not adapter_file.is_file():
+        if not (p / "adapter" / "adapter_model.safetensors").is_file():
             raise ConfigError(f"{p}: checkpoint has no adapter/adapter_model.safetensors")
-        self.load_adapter_state(load_file(str(adapter_file), device=str(self.device)))
+        self.load_adapter(p / "adapter")
         self.load_training_state(torch.load(p / "trainer.pt", map_location=self.device, weights_only=False))
         if rng:
             restore_rng(torch.load(p / "rng.pt", map_location="cpu", weights_only=False))

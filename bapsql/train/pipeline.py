@@ -9,7 +9,9 @@ Every stage of seed ``k`` works in ``run_dir = <out_dir>/<name>-seed<k>``:
   configured engine (vLLM here and on GPUs; HF as the reference) on env workers — Ray actors, or in-process with
   ``rollout.use_ray: false`` — and the `GRPOTrainer` loop; ``--resume`` continues from
   ``run_dir/grpo/checkpoints``. Leaves ``grpo/{adapter,merged}``, ``grpo/history.jsonl`` and the rollouts' Parquet
-  logs under ``grpo/rollouts``;
+  logs under ``grpo/rollouts``; with ``grpo.validate_every`` also ``grpo/validation.jsonl`` and the validated
+  updates' adapters (`bapsql.train.validation`), and with ``grpo.keep: best`` the validated best update is the
+  saved policy (``grpo/selected.json`` says which);
 - `bapsql.train.evaluation.run_eval_stage`: the SFT and GRPO policies (merged folders) swept over ``eval.budgets``
   × ``eval.seeds`` on ``data.eval_split``, then the analysis report;
 - `run_recipe` runs the stages in order inside one Ray session (a private local Ray, or the cluster at
@@ -34,6 +36,7 @@ from bapsql.errors import ConfigError
 from bapsql.train.config import TrainConfig
 from bapsql.train.evaluation import run_eval_stage, write_learning_curves
 from bapsql.train.sft import SFTResult
+from bapsql.train.validation import Validator, keep_best, validation_tasks
 
 @dataclass(frozen=True)
 class GRPOResult:
@@ -203,14 +206,19 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     grpo_dir = run_dir / subdir
     grpo_dir.mkdir(parents=True, exist_ok=True)
     base = policy_base(cfg, seed, console)
-    tasks = grpo_tasks(cfg, seed, resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m)))
+    root = resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m))
+    tasks = grpo_tasks(cfg, seed, root)
     _say(console, f"GRPO prompts: {len(tasks)} tasks ({cfg.grpo.prompts})")
+    every = cfg.grpo.validate_every
+    val_tasks = validation_tasks(cfg, seed, root, exclude=tasks) if every else []
     total = cfg.grpo.updates if updates is None else updates
     setup = build_grpo(cfg, seed, base=base, tasks=tasks, run_dir=grpo_dir, total_updates=total,
                        run_name=f"{cfg.name}-seed{seed}-{subdir}",
-                       monitor_run=f"{cfg.name}-seed{seed}" + ("" if subdir == "grpo" else f"-{subdir}"))
+                       monitor_run=f"{cfg.name}-seed{seed}" + ("" if subdir == "grpo" else f"-{subdir}"),
+                       validation=val_tasks)
     learner, trainer = setup.learner, setup.trainer
     history_path = grpo_dir / "history.jsonl"
+    validator = Validator(setup.rollouts, learner, val_tasks, cfg.budgets.levels, grpo_dir) if every else None
     try:
         first = trainer.start(resume=resume)
         resumed_from = trainer.update
@@ -218,12 +226,23 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
             history_path.unlink()
         keep_history_until(history_path, resumed_from)  # updates past the checkpoint are redone and logged again
         _say(console, f"GRPO from update {resumed_from} to {total} (sync check: mean |Δ| = {first.mean_abs:.2e})")
+        if validator is not None:
+            validator.resume(resumed_from)
+            if not validator.validated(resumed_from):
+                _validate(validator, setup.monitor, resumed_from, console)
         while trainer.update < total:
             rec = trainer.step()
+            if validator is not None and (rec.update % every == 0 or rec.update == total):
+                rec.metrics.update(_validate(validator, setup.monitor, rec.update, console))
             with history_path.open("a") as f:
                 f.write(json.dumps(rec.metrics) + "\n")
             _say(console, _progress_line(rec.update, total, rec.metrics))
         trainer.checkpoint()
+        if cfg.grpo.keep == "best" and validator is not None:
+            best = keep_best(validator, learner)
+            _atomic_write(grpo_dir / "selected.json", json.dumps({"keep": "best", **dataclasses.asdict(best)}))
+            _say(console, f"keeping the validated best policy: update {best.update} (validation success "
+                          f"{best.mean:.3f}; update {total}: {validator.records[-1].mean:.3f})")
         adapter = learner.save_adapter(grpo_dir / "adapter")
         merged = learner.merge_and_save(grpo_dir / "merged")
     finally:
@@ -232,6 +251,16 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         if history_path.exists() else ()
     return GRPOResult(run_dir=grpo_dir, updates=total, resumed_from=resumed_from, adapter_dir=Path(adapter),
                       merged_dir=Path(merged), history=history, seconds=time.perf_counter() - t0)
+
+
+def _validate(validator: Validator, monitor: Any, update: int, console: Any) -> dict[str, float]:
+    """Validate update ``update``, log it to the monitor at that step; returns its metrics."""
+    rec = validator.run(update)
+    metrics = rec.metrics()
+    monitor.log(metrics, step=update)
+    _say(console, f"validation at update {update}: success " + ", ".join(
+        f"{lv} {v:.3f}" for lv, v in rec.success.items()) + f" ({rec.episodes} episodes, {rec.seconds:.0f}s)")
+    return metrics
 
 
 def _progress_line(update: int, total: int, m: dict[str, float]) -> str:

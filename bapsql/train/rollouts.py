@@ -7,6 +7,8 @@ replicas of the policy model, and optionally a `WriterHost` that logs every trai
 
 - `play(prompts, policy_version)` expands (task, level, seed) prompts into groups of ``group_size`` episodes of the
   model policy, plays them with the current adapter, and returns the groups in prompt order (samples in order).
+- `validate(prompts, policy_version)`: one episode per prompt with the same engines and adapter, sampled by the
+  ``eval_agent`` given at construction (the evaluation's decoding), logged under the method ``eval_method``.
 - As the engine side of `bapsql.train.weight_sync.WeightSync`: `load_adapter(path, name, version)` loads the new
   adapter on EVERY engine replica (in place) and makes it the one the next rollouts use; `replica_logprobs(...)`
   returns each replica's probe logprobs, so the check covers every replica.
@@ -56,13 +58,20 @@ class TrainingRollouts:
                  tasks: Sequence[Task], group_size: int, env_workers: int = 1, engine_replicas: int = 1,
                  env_options: Any = None, writer_dir: str | None = None, driver_config: DriverConfig = DriverConfig(),
                  engine_threads: int | None = 1, engine_gpus: float = 0.0, worker_cpus: float = 1.0,
-                 calibration: str | None = None):
+                 calibration: str | None = None, eval_agent: AgentConfig | None = None, eval_method: str | None = None):
         self.backend = backend
         self.method = method
         self.tasks = {t.task_id: t for t in tasks}
         self.groups = GroupSampler(run_name, samples_per_group=group_size)
         self.engine_keys = [("engine", method, r) for r in range(engine_replicas)]
-        specs = [ActorSpec(("env", i), EnvWorker, kwargs={"index": i, "agents": {method: agent},
+        agents = {method: agent}
+        self.eval_method = None
+        if eval_agent is not None:
+            if not eval_method or eval_method == method:
+                raise ValueError("eval_agent needs its own eval_method name (the logs tell the two apart by it)")
+            agents[eval_method] = eval_agent
+            self.eval_method = eval_method
+        specs = [ActorSpec(("env", i), EnvWorker, kwargs={"index": i, "agents": agents,
                                                            "env_options": env_options, "calibration": calibration},
                            num_cpus=worker_cpus)
                  for i in range(env_workers)]
@@ -71,7 +80,7 @@ class TrainingRollouts:
         if writer_dir is not None:
             specs.append(ActorSpec(("writer", 0), WriterHost, args=(writer_dir, run_name), num_cpus=0.5))
         backend.start(specs)
-        self.driver = Driver(backend, env_workers, engines={method: self.engine_keys},
+        self.driver = Driver(backend, env_workers, engines={m: self.engine_keys for m in agents},
                              writer=writer_dir is not None, config=driver_config)
         self.adapter: AdapterSpec | None = None
         self.last: RolloutResult | None = None
@@ -83,10 +92,22 @@ class TrainingRollouts:
 
     def play(self, prompts: Sequence[Prompt], policy_version: int) -> list[list[Any]]:
         """Play one group per prompt with the current adapter; groups in prompt order, samples in order."""
+        return self._play(self.method, self.groups, prompts, policy_version)
+
+    def validate(self, prompts: Sequence[Prompt], policy_version: int) -> list[Any]:
+        """One episode per prompt by the ``eval_agent`` with the current adapter, in prompt order. A prompt's seed
+        is part of the episode id: give each validation round its own (e.g. the update) so none is logged twice."""
+        if self.eval_method is None:
+            raise ValueError("validate() needs the eval_agent and eval_method given at construction")
+        one = GroupSampler(self.groups.run, samples_per_group=1)
+        return [g[0] for g in self._play(self.eval_method, one, prompts, policy_version)]
+
+    def _play(self, method: str, sampler: GroupSampler, prompts: Sequence[Prompt],
+              policy_version: int) -> list[list[Any]]:
         if not prompts:
             return []
         gp = [GroupPrompt(self.tasks[p.task_id], p.level, p.seed) for p in prompts]
-        specs = self.groups.groups(self.method, gp, policy_version=policy_version)
+        specs = sampler.groups(method, gp, policy_version=policy_version)
         self.driver.adapter = self.adapter
         self.driver.policy_version = policy_version
         self.last = self.driver.run(specs, collect=True)

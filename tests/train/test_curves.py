@@ -26,6 +26,8 @@ def test_history_keeps_the_last_record_of_each_update_and_draws_png(tmp_path):
     assert [r["update"] for r in hist] == [1, 2, 3] and hist[1]["drift/kl_k3"] == 0.01
     png = learning_curves_png(hist)
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    with_val = learning_curves_png(hist, validation=[{"update": 0, "mean": 0.4}, {"update": 2, "mean": 0.5}])
+    assert with_val.startswith(b"\x89PNG") and with_val != png  # the validation series is drawn
     assert pretrain_curve_png([{"step": 0, "loss": 9.0, "heldout_nll": 8.9, "heldout_exact": 0.0},
                                {"step": 10, "loss": 1.0, "heldout_nll": 1.1, "heldout_exact": 0.25}]
                               ).startswith(b"\x89PNG")

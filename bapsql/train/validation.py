@@ -1,0 +1,158 @@
+"""In-loop validation of GRPO (``grpo.validate_every``): the policy plays held-out questions as the evaluation plays
+them, every N updates, and the stage can keep the validated best policy (``grpo.keep: best``).
+
+Why: GRPO on few groups per update random-walks between updates, and which update is best differs by seed. A
+validation set that no SFT pair, GRPO prompt or evaluation task came from picks the update to keep without touching
+the evaluation split; update 0 (before any update: the SFT policy itself) is validated too, so "best" may be SFT.
+
+- `validation_tasks`: ``grpo.validation_tasks`` fresh questions of the generator's templates on ``data.split``'s
+  databases (`bapsql.data.augment`, seed ``seed + 3``: the corpus draws with + 1, GRPO's prompts with + 2), none a
+  question of ``data.split``, ``data.eval_split`` or GRPO's prompts; taken database by database in turn.
+- `best_record`: the record with the highest success over all its episodes, the earliest on a tie. Pure.
+- `keep_best`: loads the best record's adapter into the learner (what the stage then saves as its policy).
+- `Validator`: plays every (task, level) once per validation with the rollouts' ``eval_agent``
+  (`bapsql.train.rollouts.TrainingRollouts.validate`; the prompt seed is the update, so episode ids never repeat),
+  saves the learner's adapter of that update under ``<grpo>/validated/update-NNNNN`` (every validated update keeps
+  its adapter, so a resumed run can still choose any of them), and appends one JSON line per validation to
+  ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from bapsql.errors import ConfigError
+from bapsql.train.sampler import Prompt
+
+VALIDATION_FILE = "validation.jsonl"
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    """One validation: the update validated (0 = before the first), success rate by level and over all episodes,
+    the episodes played and the seconds it took."""
+
+    update: int
+    success: dict[str, float]
+    mean: float
+    episodes: int
+    seconds: float
+
+    def metrics(self) -> dict[str, float]:
+        """Monitor metrics: ``val/success/<level>``, ``val/success/all``, ``val/seconds``."""
+        return {**{f"val/success/{lv}": v for lv, v in self.success.items()}, "val/success/all": self.mean,
+                "val/seconds": self.seconds}
+
+
+def best_record(records: Sequence[ValidationRecord]) -> ValidationRecord:
+    """The record with the highest ``mean`` success; the earliest update on a tie. `ValueError` when empty."""
+    if not records:
+        raise ValueError("no validation records to choose from")
+    return min(records, key=lambda r: (-r.mean, r.update))
+
+
+def validation_tasks(cfg: Any, seed: int, root: Path, *, exclude: Sequence[Any]) -> list[Any]:
+    """``cfg.grpo.validation_tasks`` held-out questions (see the module docstring). ``exclude``: tasks whose
+    questions must not appear (GRPO's prompts; ``data.split`` and ``data.eval_split`` are excluded here).
+    `ConfigError` when the generator gives none."""
+    from bapsql.data.augment import augment_tasks
+    from bapsql.rollout.runner import load_tasks
+
+    banned = [*load_tasks(root, cfg.data.split), *load_tasks(root, cfg.data.eval_split), *exclude]
+    pool = augment_tasks(root, cfg.data.split, 1, seed=seed + 3, exclude=banned)
+    if not pool:
+        raise ConfigError(f"grpo.validate_every: data.split {cfg.data.split!r} gives no validation questions (the "
+                          "embedded generator knows none of its databases); set grpo.validate_every: 0")
+    rng = np.random.default_rng(seed + 3)
+    by_db: dict[str, list[Any]] = {}
+    for t in pool:
+        by_db.setdefault(t.db_id, []).append(t)
+    queues = [[q[i] for i in rng.permutation(len(q))] for _, q in sorted(by_db.items())]
+    out: list[Any] = []
+    while len(out) < cfg.grpo.validation_tasks and any(queues):
+        for q in queues:
+            if q and len(out) < cfg.grpo.validation_tasks:
+                out.append(q.pop(0))
+    return out
+
+
+class Validator:
+    """Validates the policy the rollouts' engines hold (see the module docstring)."""
+
+    def __init__(self, rollouts: Any, learner: Any, tasks: Sequence[Any], levels: Sequence[str], out_dir: Path):
+        if not tasks or not levels:
+            raise ConfigError("validation needs at least one task and one budget level")
+        self.rollouts = rollouts
+        self.learner = learner
+        self.tasks = list(tasks)
+        self.levels = tuple(levels)
+        self.out_dir = Path(out_dir)
+        self.path = self.out_dir / VALIDATION_FILE
+        self.records: list[ValidationRecord] = []
+
+    def adapter_dir(self, update: int) -> Path:
+        return self.out_dir / "validated" / f"update-{update:05d}"
+
+    def resume(self, update: int) -> None:
+        """Keep the records of updates ``<= update`` (those past it run again); a fresh run (``update`` 0 and no
+        checkpoint) starts from none."""
+        kept = []
+        if self.path.is_file():
+            for line in self.path.read_text().splitlines():
+                if line.strip():
+                    rec = ValidationRecord(**json.loads(line))
+                    if rec.update <= update and self.adapter_dir(rec.update).is_dir():
+                        kept.append(rec)
+        self.records = kept
+        self._write()
+
+    def validated(self, update: int) -> bool:
+        return any(r.update == update for r in self.records)
+
+    def run(self, update: int) -> ValidationRecord:
+        """Validate the current policy as update ``update``; record it and save its adapter."""
+        t0 = time.perf_counter()
+        prompts = [Prompt(t.task_id, lv, update) for t in self.tasks for lv in self.levels]
+        episodes = self.rollouts.validate(prompts, update)
+        by_level: dict[str, list[bool]] = {lv: [] for lv in self.levels}
+        for p, ep in zip(prompts, episodes):
+            by_level[p.level].append(bool(ep.episode["success"]))
+        flat = [s for v in by_level.values() for s in v]
+        self.learner.save_adapter(self.adapter_dir(update))
+        rec = ValidationRecord(update=update, success={lv: float(np.mean(v)) for lv, v in by_level.items()},
+                               mean=float(np.mean(flat)), episodes=len(flat), seconds=time.perf_counter() - t0)
+        self.records = [r for r in self.records if r.update != update] + [rec]
+        self._write()
+        return rec
+
+    def best(self) -> ValidationRecord:
+        return best_record(self.records)
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text("".join(json.dumps(asdict(r)) + "\n" for r in self.records))
+        os.replace(tmp, self.path)
+
+
+def keep_best(validator: Validator, learner: Any) -> ValidationRecord:
+    """Load the validated best update's adapter into ``learner`` (``grpo.keep: best``); returns its record. The
+    optimizer state is left as it is: the stage saves this adapter as its policy after the last checkpoint."""
+    best = validator.best()
+    learner.load_adapter(validator.adapter_dir(best.update))
+    return best
+
+
+def read_validation(path: str | Path) -> list[ValidationRecord]:
+    """The records of a ``validation.jsonl`` (empty when there is none)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    return [ValidationRecord(**json.loads(line)) for line in p.read_text().splitlines() if line.strip()]
