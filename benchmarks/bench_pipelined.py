@@ -130,7 +130,8 @@ def main() -> None:
             "rollout.engine": {"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
             "filter.group_size": args.group_size, "filter.groups_per_update": args.groups,
             "filter.max_groups_per_round": 2 * args.groups, "filter.enabled": args.filter == "on",
-            "filter.min_success": 1, "filter.max_success": args.group_size - 1}
+            "filter.min_success": 1, "filter.max_success": args.group_size - 1,
+            "grpo.validate_every": 0, "grpo.keep": "last"}  # in-loop validation is for the synchronous loop only
     cfgs = {k: load_train_config(REPO / "configs/train/cpu_learn.yaml", {**over, "grpo.max_staleness": k})
             for k in (0, 1)}
     ray_ctx = None

@@ -39,6 +39,8 @@ def test_cpu_learning_recipe_scores_held_out_tasks_of_the_training_databases():
     assert cfg.prompt_style == "terse" and cfg.pretrain.enabled and cfg.sft.per_episode and cfg.grpo.log_drift
     assert not cfg.sft.use_gpu and cfg.filter.min_success == 1 and cfg.filter.max_success == 7
     assert (cfg.grpo.prompts, cfg.grpo.schedule) == ("augmented", "cosine")
+    # explores at T = 1 and keeps the update that validates best on held-out fresh questions
+    assert cfg.grpo.temperature == 1.0 and cfg.grpo.validate_every > 0 and cfg.grpo.keep == "best"
 
 
 def test_smoke_recipe_is_cpu_sized():
