@@ -243,6 +243,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
             _atomic_write(grpo_dir / "selected.json", json.dumps({"keep": "best", **dataclasses.asdict(best)}))
             _say(console, f"keeping the validated best policy: update {best.update} (validation success "
                           f"{best.mean:.3f}; update {total}: {validator.records[-1].mean:.3f})")
+        else:
+            (grpo_dir / "selected.json").unlink(missing_ok=True)  # an earlier keep: best run's choice is not this one's
         adapter = learner.save_adapter(grpo_dir / "adapter")
         merged = learner.merge_and_save(grpo_dir / "merged")
     finally:
