@@ -227,7 +227,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         keep_history_until(history_path, resumed_from)  # updates past the checkpoint are redone and logged again
         _say(console, f"GRPO from update {resumed_from} to {total} (sync check: mean |Δ| = {first.mean_abs:.2e})")
         if validator is not None:
-            validator.resume(resumed_from)
+            validator.resume(resumed_from if resume else None)
             if not validator.validated(resumed_from):
                 _validate(validator, setup.monitor, resumed_from, console)
         while trainer.update < total:

@@ -14,7 +14,7 @@ the evaluation split; update 0 (before any update: the SFT policy itself) is val
   (`bapsql.train.rollouts.TrainingRollouts.validate`; the prompt seed is the update, so episode ids never repeat),
   saves the learner's adapter of that update under ``<grpo>/validated/update-NNNNN`` (every validated update keeps
   its adapter, so a resumed run can still choose any of them), and appends one JSON line per validation to
-  ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run again).
+  ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run again), ``resume(None)`` all of them.
 """
 
 from __future__ import annotations
@@ -100,17 +100,11 @@ class Validator:
     def adapter_dir(self, update: int) -> Path:
         return self.out_dir / "validated" / f"update-{update:05d}"
 
-    def resume(self, update: int) -> None:
-        """Keep the records of updates ``<= update`` (those past it run again); a fresh run (``update`` 0 and no
-        checkpoint) starts from none."""
-        kept = []
-        if self.path.is_file():
-            for line in self.path.read_text().splitlines():
-                if line.strip():
-                    rec = ValidationRecord(**json.loads(line))
-                    if rec.update <= update and self.adapter_dir(rec.update).is_dir():
-                        kept.append(rec)
-        self.records = kept
+    def resume(self, update: int | None) -> None:
+        """Keep the records of updates ``<= update`` whose adapters are there (those past it run again); ``None``
+        (a fresh run, not resumed) drops every record an earlier run in this folder left."""
+        self.records = [] if update is None else [
+            r for r in read_validation(self.path) if r.update <= update and self.adapter_dir(r.update).is_dir()]
         self._write()
 
     def validated(self, update: int) -> bool:

@@ -112,6 +112,9 @@ def test_the_validator_records_each_update_and_a_resume_drops_the_ones_it_redoes
     fresh = Validator(rollouts, _Learner(), tasks, ("XS",), tmp_path / "other")
     fresh.resume(0)
     assert fresh.records == []
+    rerun = Validator(rollouts, _Learner(), tasks, ("XS", "S"), tmp_path)
+    rerun.resume(None)  # a fresh run in the same folder: the earlier run's update 0 is not this run's
+    assert rerun.records == [] and not rerun.validated(0) and read_validation(tmp_path / "validation.jsonl") == []
     with pytest.raises(ConfigError, match="at least one task"):
         Validator(rollouts, _Learner(), [], ("XS",), tmp_path)
 
