@@ -77,24 +77,15 @@ def test_a_resumed_grpo_stage_logs_each_update_once(tiny_model_dir, tmp_path):
     import json
     import shutil
 
-    from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, MonitorSection,
-                                     SyncSection)
-    from bapsql.train.filter import FilterConfig
+    from bapsql.train.config import DataSection, GRPOSection
     from bapsql.train.pipeline import run_grpo_stage
     from tests.policies.minibench import build_minibench
+    from tests.train.tiny_stage import tiny_stage_config
 
     bench = build_minibench(tmp_path / "bench")
-    cfg = TrainConfig(
-        name="resume", model=ModelSection(base=str(tiny_model_dir), dtype="float32", device="cpu", threads=1),
-        out_dir=str(tmp_path / "runs"), data=DataSection(benchmark=str(bench), split="train", limit=4),
-        grpo=GRPOSection(lr=1e-2, updates=3, max_new_tokens=4, top_p=1.0, sft_init="none"),
-        filter=FilterConfig(group_size=2, min_success=0, max_success=2, groups_per_update=1, max_rounds=1,
-                            enabled=False),
-        budgets=BudgetSection(levels=("XS",)),
-        rollout=RolloutSection(engine={"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
-                               use_ray=False, env_workers=1, write_trajectories=False),
-        sync=SyncSection(tolerance=1e-3), checkpoint=CheckpointSection(every=2, keep=5),
-        monitor=MonitorSection(kind="memory"))
+    cfg = tiny_stage_config("resume", tiny_model_dir, tmp_path / "runs",
+                            DataSection(benchmark=str(bench), split="train", limit=4),
+                            GRPOSection(lr=1e-2, updates=3, max_new_tokens=4, top_p=1.0, sft_init="none"))
     first = run_grpo_stage(cfg, 0)
     assert [h["update"] for h in first.history] == [1, 2, 3]
     shutil.rmtree(first.run_dir / "checkpoints" / "update-000003")  # the crash lost update 3's checkpoint

@@ -126,24 +126,14 @@ def test_a_grpo_stage_keeps_the_validated_best_policy(tiny_model_dir, tmp_path):
     untrained tiny model never succeeds, so every validation ties and the earliest (update 0) is kept."""
     from safetensors.torch import load_file
 
-    from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, ModelSection,
-                                     MonitorSection, RolloutSection, SyncSection, TrainConfig)
-    from bapsql.train.filter import FilterConfig
+    from bapsql.train.config import DataSection, GRPOSection
     from bapsql.train.pipeline import run_grpo_stage
+    from tests.train.tiny_stage import tiny_stage_config
 
-    cfg = TrainConfig(
-        name="val", model=ModelSection(base=str(tiny_model_dir), dtype="float32", device="cpu", threads=1),
-        out_dir=str(tmp_path / "runs"), data=DataSection(benchmark="demo", split="train", eval_split="test",
-                                                         limit=4),
-        grpo=GRPOSection(lr=1e-2, updates=2, max_new_tokens=4, top_p=1.0, sft_init="none", prompts="augmented",
-                         prompt_rounds=1, validate_every=1, validation_tasks=2, keep="best"),
-        filter=FilterConfig(group_size=2, min_success=0, max_success=2, groups_per_update=1, max_rounds=1,
-                            enabled=False),
-        budgets=BudgetSection(levels=("XS",)),
-        rollout=RolloutSection(engine={"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
-                               use_ray=False, env_workers=1, write_trajectories=False),
-        sync=SyncSection(tolerance=1e-3), checkpoint=CheckpointSection(every=2, keep=5),
-        monitor=MonitorSection(kind="memory"))
+    cfg = tiny_stage_config(
+        "val", tiny_model_dir, tmp_path / "runs", DataSection(benchmark="demo", split="train", eval_split="test", limit=4),
+        GRPOSection(lr=1e-2, updates=2, max_new_tokens=4, top_p=1.0, sft_init="none", prompts="augmented",
+                    prompt_rounds=1, validate_every=1, validation_tasks=2, keep="best"))
     out = run_grpo_stage(cfg, 0)
     records = read_validation(out.run_dir / "validation.jsonl")
     assert [r.update for r in records] == [0, 1, 2] and all(r.episodes == 2 for r in records)
