@@ -20,7 +20,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
            prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4,
            schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps),
            validate_every: 0 (N: greedy validation every N updates, bapsql.train.validation), validation_tasks: 64,
-           keep: last | best (the validated best update is the stage's policy)}
+           keep: last | best (the validated best update is the stage's policy),
+           keep_validated: best | all (validated adapters left when the stage ends)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
     calibration: PATH | null      # estimator calibration JSON (`bapsql data calibrate --out`); null: the packaged one
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
@@ -252,10 +253,12 @@ class GRPOSection:
     # plays validation_tasks fresh questions on data.split's databases, as the evaluation plays (eval.temperature,
     # eval.max_new_tokens), at budgets.levels; 0 = off. keep: which policy the stage saves as grpo/{adapter,merged}:
     # "last" (after grpo.updates) or "best" (the validated update with the highest success, the earliest on a tie;
-    # update 0 is the SFT policy itself)
+    # update 0 is the SFT policy itself). keep_validated: which validated adapters (<grpo>/validated/update-N) stay
+    # once the stage has finished: "best" (the best validated update's; records stay in validation.jsonl) or "all"
     validate_every: int = 0
     validation_tasks: int = 64
     keep: Literal["last", "best"] = "last"
+    keep_validated: Literal["best", "all"] = "best"
 
     def __post_init__(self) -> None:
         if self.validate_every < 0 or self.validation_tasks < 1:

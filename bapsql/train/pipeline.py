@@ -245,6 +245,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
                           f"{best.mean:.3f}; update {total}: {validator.records[-1].mean:.3f})")
         else:
             (grpo_dir / "selected.json").unlink(missing_ok=True)  # an earlier keep: best run's choice is not this one's
+        if validator is not None and cfg.grpo.keep_validated == "best":
+            validator.prune()  # after the final checkpoint: a resume from it can still choose only the best record
         adapter = learner.save_adapter(grpo_dir / "adapter")
         merged = learner.merge_and_save(grpo_dir / "merged")
     finally:

@@ -12,15 +12,19 @@ the evaluation split; update 0 (before any update: the SFT policy itself) is val
 - `keep_best`: loads the best record's adapter into the learner (what the stage then saves as its policy).
 - `Validator`: plays every (task, level) once per validation with the rollouts' ``eval_agent``
   (`bapsql.train.rollouts.TrainingRollouts.validate`; the prompt seed is the update, so episode ids never repeat),
-  saves the learner's adapter of that update under ``<grpo>/validated/update-NNNNN`` (every validated update keeps
-  its adapter, so a resumed run can still choose any of them), and appends one JSON line per validation to
-  ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run again), ``resume(None)`` all of them.
+  saves the learner's adapter of that update under ``<grpo>/validated/update-NNNNN`` (while the stage runs every
+  validated update keeps its adapter, so a resumed run can still choose any of them), and appends one JSON line per
+  validation to ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run
+  again), ``resume(None)`` all of them. `Validator.prune` (``grpo.keep_validated: best``, once the stage has ended
+  at its final checkpoint) deletes every validated adapter but the best record's; the records stay. A later resume
+  (from that final checkpoint, to run more updates) can then still only choose the best one or a new update.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,10 +105,10 @@ class Validator:
         return self.out_dir / "validated" / f"update-{update:05d}"
 
     def resume(self, update: int | None) -> None:
-        """Keep the records of updates ``<= update`` whose adapters are there (those past it run again); ``None``
-        (a fresh run, not resumed) drops every record an earlier run in this folder left."""
-        self.records = [] if update is None else [
-            r for r in read_validation(self.path) if r.update <= update and self.adapter_dir(r.update).is_dir()]
+        """Keep the records of updates ``<= update`` (those past it run again); ``None`` (a fresh run, not resumed)
+        drops every record an earlier run in this folder left. A kept record's adapter may have been pruned
+        (`prune`); the best record's never is, and `keep_best` names the folder if it is gone."""
+        self.records = [] if update is None else [r for r in read_validation(self.path) if r.update <= update]
         self._write()
 
     def validated(self, update: int) -> bool:
@@ -128,6 +132,17 @@ class Validator:
 
     def best(self) -> ValidationRecord:
         return best_record(self.records)
+
+    def prune(self) -> list[Path]:
+        """Delete the validated adapters of every record but the best one; returns the folders deleted. Call it only
+        when the stage has ended: a record that is not the best now may become it after a resume to an earlier
+        checkpoint drops the better one."""
+        keep = self.best().update
+        gone = [self.adapter_dir(r.update) for r in self.records
+                if r.update != keep and self.adapter_dir(r.update).is_dir()]
+        for d in gone:
+            shutil.rmtree(d)
+        return gone
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -119,6 +119,27 @@ def test_the_validator_records_each_update_and_a_resume_drops_the_ones_it_redoes
         Validator(rollouts, _Learner(), [], ("XS",), tmp_path)
 
 
+def test_prune_keeps_only_the_best_adapter_and_every_record(tmp_path):
+    """``keep_validated: best``: once the stage ends, the adapters of every record but the best one go; the curve
+    (validation.jsonl) keeps every record, and a resume from the final checkpoint still chooses the same best."""
+    from types import SimpleNamespace
+
+    tasks = [SimpleNamespace(task_id=f"t{i}") for i in range(4)]
+    rollouts = _Rollouts({0: 0.25, 5: 0.75, 10: 0.5, 15: 1.0})
+    v = Validator(rollouts, _Learner(), tasks, ("XS",), tmp_path)
+    for u in (0, 5, 10):
+        v.run(u)
+    assert v.prune() == [v.adapter_dir(0), v.adapter_dir(10)]
+    assert [d.name for d in (tmp_path / "validated").iterdir()] == ["update-00005"]
+    assert [r.update for r in read_validation(tmp_path / "validation.jsonl")] == [0, 5, 10]
+    again = Validator(rollouts, _Learner(), tasks, ("XS",), tmp_path)
+    again.resume(10)  # more updates after the finished stage: every record stays, update 5 is still the best
+    assert [r.update for r in again.records] == [0, 5, 10] and again.best().update == 5
+    again.run(15)
+    assert again.best().update == 15 and again.prune() == [again.adapter_dir(5)]
+    assert again.prune() == []
+
+
 @pytest.mark.slow
 def test_a_grpo_stage_keeps_the_validated_best_policy(tiny_model_dir, tmp_path):
     """The stage validates updates 0, 1, 2 with greedy episodes on held-out questions, logs them beside the updates,
@@ -133,7 +154,7 @@ def test_a_grpo_stage_keeps_the_validated_best_policy(tiny_model_dir, tmp_path):
     cfg = tiny_stage_config(
         "val", tiny_model_dir, tmp_path / "runs", DataSection(benchmark="demo", split="train", eval_split="test", limit=4),
         GRPOSection(lr=1e-2, updates=2, max_new_tokens=4, top_p=1.0, sft_init="none", prompts="augmented",
-                    prompt_rounds=1, validate_every=1, validation_tasks=2, keep="best"))
+                    prompt_rounds=1, validate_every=1, validation_tasks=2, keep="best", keep_validated="all"))
     out = run_grpo_stage(cfg, 0)
     records = read_validation(out.run_dir / "validation.jsonl")
     assert [r.update for r in records] == [0, 1, 2] and all(r.episodes == 2 for r in records)
