@@ -28,12 +28,15 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from bapsql.db.bytecode import LoopHint, ProgramModel, constraints_of, ops_from_rows, parse_plan_line
+from bapsql.db.bytecode import LoopHint, ProgramModel
 from bapsql.db.calibration import Calibration, RawEstimate
-from bapsql.db.cardinality import DEFAULT_WIDTH, SEL_RANGE, Analysis, ColRef, Scope, analyze
+from bapsql.db.cardinality import Analysis, analyze
 from bapsql.db.catalog import Catalog
+from bapsql.db.program import constraints_of, ops_from_rows, parse_plan_line
 from bapsql.db.rows import render_header, render_row
 from bapsql.db.sandbox import Sandbox
+from bapsql.db.scope import DEFAULT_WIDTH, Scope
+from bapsql.db.selectivity import SEL_RANGE, ColRef
 from bapsql.errors import DatabaseBusy, SQLExecutionError, SQLRejected
 from bapsql.tokens import TokenCounter
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from bapsql.db.bytecode import LoopHint, Op, ProgramModel, constraints_of, ops_from_rows, parse_plan_line
+from bapsql.db.bytecode import LoopHint, ProgramModel
+from bapsql.db.program import Op, constraints_of, ops_from_rows, parse_plan_line
 
 
 def vm_steps(conn: apsw.Connection, sql: str) -> int:
