@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from bapsql.env.evidence import EvidenceStore
 from bapsql.env.records import EpisodeSummary
-from bapsql.env.scoring import answer_from_rows, answer_shape_ok, evidence_breakdown, evidence_score, is_ordered_sql
+from bapsql.env.evidence_score import evidence_breakdown, evidence_score
+from bapsql.env.scoring import answer_from_rows, answer_shape_ok, is_ordered_sql
 from bapsql.errors import BapsqlError
 from bapsql.types import Answer, Task
 

@@ -1,4 +1,4 @@
-"""Correctness comparator and evidence score (bapsql/env/scoring.py)."""
+"""Correctness comparator (bapsql/env/scoring.py) and evidence score (bapsql/env/evidence_score.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bapsql.env.evidence import EvidenceStore
-from bapsql.env.scoring import (
-    answer_from_rows,
-    answer_shape_ok,
-    answers_match,
+from bapsql.env.evidence_score import (
     citation_precision,
     evidence_breakdown,
     evidence_score,
     independent,
-    is_ordered_sql,
     normalize_sql,
     rows_signature,
 )
+from bapsql.env.scoring import answer_from_rows, answer_shape_ok, answers_match, is_ordered_sql
 from bapsql.types import Answer
 
 
