@@ -34,10 +34,11 @@ from typing import Any, Callable, Sequence
 
 from bapsql.errors import ConfigError, RolloutError
 from bapsql.rollout.agent import GenerationRequest
+from bapsql.rollout.engine_host import AdapterSpec
 from bapsql.rollout.groups import EpisodeSpec, Trajectory, shard_of
 from bapsql.rollout.scheduling import DriverConfig, RolloutResult, assign_shards
 from bapsql.rollout.stats import CellStats, cell_stats, monitor_metrics, sample_row
-from bapsql.rollout.workers import AdapterSpec, Lost
+from bapsql.rollout.workers import Lost
 
 __all__ = ["CellStats", "Driver", "DriverConfig", "RolloutResult", "assign_shards"]
 

@@ -74,7 +74,9 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
                 engines: dict[str, Any]) -> tuple[list[ActorSpec], dict[str, list[tuple]]]:
     """Actor specs of a sweep and, per model method, its engine replica keys."""
     from bapsql.env.records import EnvOptions
-    from bapsql.rollout.workers import EngineHost, EnvWorker, WriterHost
+    from bapsql.rollout.engine_host import EngineHost
+    from bapsql.rollout.workers import EnvWorker
+    from bapsql.rollout.writer_host import WriterHost
 
     w = cfg.workers
     options = EnvOptions(prompt_style=cfg.prompt_style)

@@ -24,9 +24,11 @@ from bapsql.errors import EngineError
 from bapsql.rollout.agent import AgentConfig
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import Driver, DriverConfig, RolloutResult
+from bapsql.rollout.engine_host import AdapterSpec, EngineHost
 from bapsql.rollout.groups import GroupSampler
 from bapsql.rollout.groups import Prompt as GroupPrompt
-from bapsql.rollout.workers import AdapterSpec, EngineHost, EnvWorker, WriterHost
+from bapsql.rollout.workers import EnvWorker
+from bapsql.rollout.writer_host import WriterHost
 from bapsql.train.sampler import Prompt
 from bapsql.types import Task
 

@@ -15,7 +15,8 @@ from bapsql.rollout.backend import ActorSpec, LocalBackend
 from bapsql.rollout.driver import Driver, DriverConfig, assign_shards, cell_stats
 from bapsql.rollout.groups import GroupSampler
 from bapsql.rollout.runner import load_tasks
-from bapsql.rollout.workers import EnvWorker, WriterHost
+from bapsql.rollout.workers import EnvWorker
+from bapsql.rollout.writer_host import WriterHost
 from tests.rollout.rollout_bench import build_rollout_bench
 
 METHODS = ["workflow.estimate_rewrite", "scripted.drafter@raw"]
@@ -207,7 +208,7 @@ def _model_backend(run_dir, tasks, *, n=2, replicas=1, cls=Recording, **kw):
     from functools import partial
 
     from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.workers import EngineHost
+    from bapsql.rollout.engine_host import EngineHost
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR
     from tests.rollout.fakes import PlanEngine, gold_plan
 

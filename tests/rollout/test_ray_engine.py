@@ -34,7 +34,7 @@ def test_a_vllm_cpu_engine_generates_inside_a_ray_actor(local_ray, tiny_model):
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
     from bapsql.rollout.ray_shell import RayBackend
-    from bapsql.rollout.workers import EngineHost
+    from bapsql.rollout.engine_host import EngineHost
 
     cfg = EngineConfig(kind="vllm", model=str(tiny_model), max_model_len=2048, kv_cache_space_gb=1, num_threads=1,
                        enforce_eager=True)  # no torch.compile: starts in a fraction of the time on 2 CPUs
@@ -64,7 +64,7 @@ def test_a_restarted_engine_host_answers_again(local_ray, tiny_model):
     from bapsql.rollout.backend import ActorSpec
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.ray_shell import RayBackend
-    from bapsql.rollout.workers import EngineHost
+    from bapsql.rollout.engine_host import EngineHost
 
     cfg = EngineConfig(kind="hf", model=str(tiny_model), max_model_len=2048, num_threads=1)
     be = RayBackend(max_restarts=1)

@@ -10,7 +10,8 @@ from bapsql.logs.writer import existing_episode_ids
 from bapsql.rollout.groups import GroupSampler, Prompt
 from bapsql.rollout.runner import evaluate, load_tasks
 from bapsql.rollout.groups import episode_rows
-from bapsql.rollout.workers import EnvWorker, Lost, WriterHost
+from bapsql.rollout.workers import EnvWorker, Lost
+from bapsql.rollout.writer_host import WriterHost
 from tests.rollout.rollout_bench import build_rollout_bench
 
 
@@ -146,7 +147,7 @@ def test_model_episodes_advance_turn_by_turn_through_an_engine_host(tasks):
 
     from bapsql.rollout.agent import AgentConfig, GenerationRequest
     from bapsql.rollout.groups import Trajectory
-    from bapsql.rollout.workers import AdapterSpec, EngineHost
+    from bapsql.rollout.engine_host import AdapterSpec, EngineHost
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR
     from tests.rollout.fakes import PlanEngine
 
