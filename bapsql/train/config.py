@@ -35,6 +35,11 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
 
 ``rollout.engine`` is the engine helper's `EngineConfig` mapping (kind vllm | hf, ...) without the model path,
 which the training stage fills in (the SFT-merged model; the adapter is loaded by weight sync).
+
+The learner's own settings (`LearnerConfig` with its `OptimConfig` and `LoraSpec`, `Dtype`, `LORA_TARGETS`), which
+`TrainConfig.learner_config` derives, live in `bapsql.train.learner_config`; the ``extends:`` merging
+(`resolve_extends`) in `bapsql.train.extends`. Both are re-exported here, so those names keep this import path. The
+generic strict loader (`from_mapping`, `read_yaml`) is `bapsql.config`.
 """
 
 from __future__ import annotations
@@ -44,84 +49,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bapsql.budgets import LEVELS
-from bapsql.config import from_mapping, read_yaml
+from bapsql.config import from_mapping
 from bapsql.errors import ConfigError
+from bapsql.train.extends import _deep_merge, _read_raw, resolve_extends  # noqa: F401 (re-exported)
 from bapsql.train.filter import FilterConfig
 from bapsql.train.grpo import LossConfig
+from bapsql.train.learner_config import (  # noqa: F401 (LORA_TARGETS: re-exported)
+    LORA_TARGETS,
+    Dtype,
+    LearnerConfig,
+    LoraSpec,
+    OptimConfig,
+)
 from bapsql.train.reward import RewardConfig
-
-LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Qwen2
-Dtype = Literal["float32", "bfloat16", "float16"]
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts every linear
-    projection the architecture has except the output head (`bapsql.train.learner.discover_lora_targets`:
-    attention, MLP, and linear-attention blocks alike); a list overrides it."""
-
-    rank: int = 32
-    alpha: int = 64
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.rank < 1 or self.alpha < 1:
-            raise ConfigError(f"lora: rank and alpha must be >= 1, got {self.rank}, {self.alpha}")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
-        if self.target_modules is not None and not self.target_modules:
-            raise ConfigError("lora.target_modules: name at least one module, or null to adapt every projection")
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """AdamW + schedule. ``total_steps`` is filled in by the stage (optimizer steps: SFT's steps; GRPO's updates x
-    epochs x mini_batches)."""
-
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    warmup_steps: int = 0
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    total_steps: int = 1
-    max_grad_norm: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.lr <= 0 or self.max_grad_norm <= 0:
-            raise ConfigError(f"optim: lr and max_grad_norm must be > 0, got {self.lr}, {self.max_grad_norm}")
-        if self.warmup_steps < 0 or self.total_steps < 1:
-            raise ConfigError("optim: warmup_steps must be >= 0 and total_steps >= 1")
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """What `bapsql.train.learner.Learner` needs."""
-
-    model_path: str
-    lora: LoraSpec = LoraSpec()
-    optim: OptimConfig = OptimConfig()
-    adapter_path: str | None = None
-    micro_batch_tokens: int = 16_384
-    dtype: Dtype = "float32"
-    device: str = "auto"
-    threads: int | None = 1
-    gradient_checkpointing: bool = False
-    seed: int = 0
-    temperature: float = 1.0  # logprobs of logits / temperature: the distribution rollouts were sampled from
-    # LM head + log-softmax this many positions at a time; null: sized by the vocabulary (~128 MiB of logits per
-    # chunk, bapsql.train.logprobs.auto_chunk); 0: all logits at once (the plain path)
-    logprob_chunk_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.micro_batch_tokens < 1:
-            raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
-        if not self.temperature > 0:
-            raise ConfigError(f"learner temperature: must be > 0, got {self.temperature}")
-        if self.logprob_chunk_tokens is not None and self.logprob_chunk_tokens < 0:
-            raise ConfigError(f"logprob_chunk_tokens: must be >= 0, got {self.logprob_chunk_tokens}")
 
 
 @dataclass(frozen=True)
@@ -429,36 +369,6 @@ class TrainConfig:
                              device=self.model.device, threads=self.model.threads,
                              gradient_checkpointing=self.model.gradient_checkpointing, seed=seed,
                              temperature=temperature, logprob_chunk_tokens=self.model.logprob_chunk_tokens)
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _read_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    """The YAML mapping of ``path`` with its ``extends:`` parent (a path relative to it) merged underneath."""
-    p = path.resolve()
-    if p in seen:
-        raise ConfigError(f"{path}: extends forms a cycle")
-    raw = read_yaml(p)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return resolve_extends(raw, p.parent, (*seen, p), where=str(path))
-
-
-def resolve_extends(raw: dict, base_dir: Path, seen: tuple[Path, ...] = (), *, where: str = "config") -> dict:
-    """``raw`` (a training config mapping) with its ``extends:`` parent (a path relative to ``base_dir``) merged
-    underneath, recursively; ``raw`` itself is not modified."""
-    raw = dict(raw)
-    parent = raw.pop("extends", None)
-    if parent is None:
-        return raw
-    if not isinstance(parent, str):
-        raise ConfigError(f"{where}: extends: expected a path to another training config")
-    return _deep_merge(_read_raw(base_dir / parent, seen), raw)
 
 
 def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -1,0 +1,45 @@
+"""``extends:`` between training config files: a config mapping with the mapping of the file it names (a path
+relative to it) merged underneath, recursively; mappings merge key by key, lists and values replace, and a cycle of
+``extends:`` is a `ConfigError`.
+
+`bapsql.train.config.load_train_config` reads training YAML through `_read_raw`, and `bapsql.train.table2` resolves
+its ``train:`` mappings with `resolve_extends`. The strict typed loading itself (`from_mapping`, `read_yaml`) is
+`bapsql.config`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bapsql.config import read_yaml
+from bapsql.errors import ConfigError
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_raw(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The YAML mapping of ``path`` with its ``extends:`` parent (a path relative to it) merged underneath."""
+    p = path.resolve()
+    if p in seen:
+        raise ConfigError(f"{path}: extends forms a cycle")
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return resolve_extends(raw, p.parent, (*seen, p), where=str(path))
+
+
+def resolve_extends(raw: dict, base_dir: Path, seen: tuple[Path, ...] = (), *, where: str = "config") -> dict:
+    """``raw`` (a training config mapping) with its ``extends:`` parent (a path relative to ``base_dir``) merged
+    underneath, recursively; ``raw`` itself is not modified."""
+    raw = dict(raw)
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{where}: extends: expected a path to another training config")
+    return _deep_merge(_read_raw(base_dir / parent, seen), raw)

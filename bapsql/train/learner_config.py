@@ -1,0 +1,87 @@
+"""The learner's settings: what `bapsql.train.learner.Learner` needs (`LearnerConfig`), with its optimizer
+(`OptimConfig`) and LoRA (`LoraSpec`, also the ``lora:`` section of a training config), the `Dtype` names and
+`LORA_TARGETS`.
+
+`bapsql.train.config.TrainConfig.learner_config` builds a `LearnerConfig` for a stage of a training recipe;
+`bapsql.train.config` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bapsql.errors import ConfigError
+
+LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Qwen2
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts every linear
+    projection the architecture has except the output head (`bapsql.train.learner.discover_lora_targets`:
+    attention, MLP, and linear-attention blocks alike); a list overrides it."""
+
+    rank: int = 32
+    alpha: int = 64
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha < 1:
+            raise ConfigError(f"lora: rank and alpha must be >= 1, got {self.rank}, {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
+        if self.target_modules is not None and not self.target_modules:
+            raise ConfigError("lora.target_modules: name at least one module, or null to adapt every projection")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW + schedule. ``total_steps`` is filled in by the stage (optimizer steps: SFT's steps; GRPO's updates x
+    epochs x mini_batches)."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    total_steps: int = 1
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.max_grad_norm <= 0:
+            raise ConfigError(f"optim: lr and max_grad_norm must be > 0, got {self.lr}, {self.max_grad_norm}")
+        if self.warmup_steps < 0 or self.total_steps < 1:
+            raise ConfigError("optim: warmup_steps must be >= 0 and total_steps >= 1")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """What `bapsql.train.learner.Learner` needs."""
+
+    model_path: str
+    lora: LoraSpec = LoraSpec()
+    optim: OptimConfig = OptimConfig()
+    adapter_path: str | None = None
+    micro_batch_tokens: int = 16_384
+    dtype: Dtype = "float32"
+    device: str = "auto"
+    threads: int | None = 1
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    temperature: float = 1.0  # logprobs of logits / temperature: the distribution rollouts were sampled from
+    # LM head + log-softmax this many positions at a time; null: sized by the vocabulary (~128 MiB of logits per
+    # chunk, bapsql.train.logprobs.auto_chunk); 0: all logits at once (the plain path)
+    logprob_chunk_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_tokens < 1:
+            raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
+        if not self.temperature > 0:
+            raise ConfigError(f"learner temperature: must be > 0, got {self.temperature}")
+        if self.logprob_chunk_tokens is not None and self.logprob_chunk_tokens < 0:
+            raise ConfigError(f"logprob_chunk_tokens: must be >= 0, got {self.logprob_chunk_tokens}")
