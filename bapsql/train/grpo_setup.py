@@ -5,9 +5,10 @@ monitor).
 build their loop here, so the test exercises exactly the wiring the recipe runs:
 
 - the learner: a local `bapsql.train.learner.Learner`, or a `RemoteLearner` actor with ``model.remote_learner``;
-- the rollouts: `bapsql.train.rollouts.TrainingRollouts` on Ray actors (``rollout.use_ray``) or in-process, with
-  the HF/vLLM engine of `engine_setup.engine_config` serving LoRA adapters of ``base``, the condition's env options
-  and the terse or full prompt of ``prompt_style``;
+- the rollouts (`build_rollouts`, which `bapsql.train.headroom` also uses alone): `bapsql.train.rollouts.
+  TrainingRollouts` on Ray actors (``rollout.use_ray``) or in-process, with the HF/vLLM engine of
+  `engine_setup.engine_config` serving LoRA adapters of ``base``, the condition's env options and the terse or full
+  prompt of ``prompt_style``;
 - the trainer: `bapsql.train.overlap.make_trainer` (synchronous, or pipelined at ``grpo.max_staleness > 0``), its
   sync probe rendered with the config's chat-template options;
 - the monitor of ``monitor.kind`` (W&B offline when there is no key; ``none`` for tests).
@@ -59,14 +60,9 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
     ``monitor_run``: the monitor's run name (default ``run_name``); ``validation``: held-out tasks the rollouts can
     also play by the evaluation's decoding (``TrainingRollouts.validate``, method ``<rollout.method>.val``), for
     `bapsql.train.validation.Validator`."""
-    from bapsql.env.conditions import method_name
-    from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import make_monitor
     from bapsql.policies.chat import ChatTemplate
-    from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.driver import DriverConfig
     from bapsql.train.overlap import make_trainer
-    from bapsql.train.rollouts import TrainingRollouts
     from bapsql.train.weight_sync import make_probe
 
     lcfg = cfg.learner_config(base, "grpo", seed=seed, total_steps=max(1, total_updates))
@@ -78,6 +74,36 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
         from bapsql.train.learner import Learner
 
         learner = Learner(lcfg)
+    template_kwargs = dict(cfg.model.chat_template_kwargs)
+    monitor = None
+    rollouts = None
+    try:
+        rollouts = build_rollouts(cfg, base=base, tasks=tasks, run_dir=run_dir, run_name=run_name,
+                                  validation=validation)
+        monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run or run_name,
+                               config=dataclasses.asdict(cfg), dir=run_dir)
+        trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
+                               probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
+                                                **template_kwargs),
+                               run_dir=run_dir, monitor=monitor)
+    except BaseException:
+        GRPOSetup(learner=learner, rollouts=rollouts, trainer=None, monitor=monitor).close()
+        raise
+    return GRPOSetup(learner=learner, rollouts=rollouts, trainer=trainer, monitor=monitor)
+
+
+def build_rollouts(cfg: TrainConfig, *, base: Path, tasks: Sequence[Any], run_dir: Path, run_name: str,
+                   validation: Sequence[Any] = ()) -> Any:
+    """The `TrainingRollouts` of ``cfg`` (module docstring) serving LoRA adapters of ``base``: the rollout agent
+    samples at ``grpo.temperature`` / ``grpo.top_p``; with ``validation`` tasks, an ``eval_agent`` decodes as the
+    evaluation does (``eval.temperature``), under the method ``<rollout.method>.val``. `build_grpo` wires these into
+    the loop; `bapsql.train.headroom` plays them without a learner."""
+    from bapsql.env.conditions import method_name
+    from bapsql.env.records import EnvOptions
+    from bapsql.rollout.agent import AgentConfig
+    from bapsql.rollout.driver import DriverConfig
+    from bapsql.train.rollouts import TrainingRollouts
+
     r = cfg.rollout
     if r.use_ray:
         from bapsql.rollout.ray_shell import RayBackend
@@ -95,25 +121,12 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
         e = cfg.eval
         eval_agent = AgentConfig(model_dir=str(base), max_tokens=e.max_new_tokens, temperature=e.temperature,
                                  top_p=e.top_p, template_kwargs=template_kwargs)
-    monitor = None
-    rollouts = None
-    try:
-        rollouts = TrainingRollouts(
-            backend, run_name=run_name, method=method_name(r.method, cfg.condition), agent=agent,
-            engine=engine_config(cfg, base, lora=True), tasks=[*tasks, *validation], group_size=cfg.filter.group_size,
-            env_workers=max(1, min(r.env_workers, len({t.db_id for t in tasks}))), engine_replicas=r.engine_replicas,
-            env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
-            writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
-            driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
-            engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration,
-            eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None)
-        monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=monitor_run or run_name,
-                               config=dataclasses.asdict(cfg), dir=run_dir)
-        trainer = make_trainer(cfg, seed=seed, learner=learner, rollouts=rollouts, tasks=tasks,
-                               probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
-                                                **template_kwargs),
-                               run_dir=run_dir, monitor=monitor)
-    except BaseException:
-        GRPOSetup(learner=learner, rollouts=rollouts, trainer=None, monitor=monitor).close()
-        raise
-    return GRPOSetup(learner=learner, rollouts=rollouts, trainer=trainer, monitor=monitor)
+    return TrainingRollouts(
+        backend, run_name=run_name, method=method_name(r.method, cfg.condition), agent=agent,
+        engine=engine_config(cfg, base, lora=True), tasks=[*tasks, *validation], group_size=cfg.filter.group_size,
+        env_workers=max(1, min(r.env_workers, len({t.db_id for t in tasks}))), engine_replicas=r.engine_replicas,
+        env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
+        writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
+        driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
+        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration,
+        eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None)
