@@ -15,10 +15,13 @@ training databases, none a train, test or GRPO-prompt question) once by the eval
 - ``at_risk``: tasks greedy decoding solves but at most half of the samples do (what sharpening the wrong way loses);
 - ``in_band``: tasks whose group the filter keeps (``filter.min_success``..``filter.max_success`` successes);
 - ``histogram``: tasks by successes out of the group (0..group size); ``failures``: the greedy episodes' failure
-  kinds (`bapsql.logs.schema.FAILURE_KINDS`).
+  kinds (`bapsql.logs.schema.FAILURE_KINDS`);
+- ``failed_sql``: the greedy failures by how their last executed SQL differs from the gold query
+  (`sql_difference`): ``same`` (the answer was wrong, not the query), ``literal`` (only a string or number differs:
+  a value miscopied from the question), ``structure`` or ``no_query``.
 
 `python -m jobs.headroom --config ... [--adapter DIR]` writes ``<run dir>/headroom[-<name>].json`` and prints the
-table. `pass_at_k` and `level_headroom` are pure.
+table. `pass_at_k`, `sql_difference` and `level_headroom` are pure.
 """
 
 from __future__ import annotations
@@ -50,6 +53,35 @@ def pass_at_k(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+SQL_DIFFERENCES: tuple[str, ...] = ("same", "literal", "structure", "no_query")
+
+
+def sql_difference(sql: str | None, gold_sql: str) -> str:
+    """How ``sql`` differs from ``gold_sql`` (one of `SQL_DIFFERENCES`): ``no_query`` for ``None``; ``same`` when
+    both parse to the same SQLite query; ``literal`` when they do once every string and number literal is blanked
+    out; else ``structure`` (also for SQL that does not parse and is not textually the gold)."""
+    import sqlglot
+    from sqlglot import exp
+
+    if sql is None:
+        return "no_query"
+
+    def canon(q: str, blank: bool) -> str | None:
+        try:
+            tree = sqlglot.parse_one(q, read="sqlite")
+        except sqlglot.errors.ParseError:
+            return None
+        if blank:
+            tree = tree.transform(lambda n: exp.Literal.string("?") if isinstance(n, exp.Literal) else n)
+        return tree.sql(dialect="sqlite")
+
+    plain = canon(gold_sql, False)
+    if sql.strip() == gold_sql.strip() or (plain is not None and canon(sql, False) == plain):
+        return "same"
+    blanked = canon(sql, True)
+    return "literal" if blanked is not None and blanked == canon(gold_sql, True) else "structure"
+
+
 @dataclass(frozen=True)
 class LevelHeadroom:
     """One budget level's headroom (see the module docstring); rates in [0, 1], counts of tasks."""
@@ -65,6 +97,7 @@ class LevelHeadroom:
     in_band: int
     histogram: tuple[int, ...]
     failures: dict[str, int]
+    failed_sql: dict[str, int]
 
     @property
     def ceiling(self) -> float:
@@ -73,15 +106,18 @@ class LevelHeadroom:
 
 
 def level_headroom(level: str, greedy: Sequence[bool], samples: np.ndarray, failures: Sequence[str],
-                   band: tuple[int, int]) -> LevelHeadroom:
+                   band: tuple[int, int], sql_differences: Sequence[str] = ()) -> LevelHeadroom:
     """The headroom of one level from ``greedy`` ``[T]`` (the greedy episode's success per task), ``samples``
     ``[T, G]`` bool (the sampled group's successes) and ``failures`` ``[T]`` (the greedy episode's failure kind, ``""``
-    for a success); ``band``: the filter's (min, max) successes per kept group."""
+    for a success); ``band``: the filter's (min, max) successes per kept group; ``sql_differences`` ``[T]`` (or
+    empty): the greedy episode's `sql_difference`, counted over its failures."""
     g = np.asarray(greedy, dtype=bool)
     s = np.asarray(samples, dtype=bool)
-    if s.ndim != 2 or s.shape[0] != g.shape[0] or len(failures) != g.shape[0] or g.shape[0] == 0 or s.shape[1] == 0:
-        raise ValueError(f"level_headroom: greedy [T], samples [T, G] and failures [T] must agree with T >= 1 and "
-                         f"G >= 1, got {g.shape}, {s.shape}, {len(failures)}")
+    if s.ndim != 2 or s.shape[0] != g.shape[0] or len(failures) != g.shape[0] or g.shape[0] == 0 or s.shape[1] == 0 \
+            or len(sql_differences) not in (0, g.shape[0]):
+        raise ValueError(f"level_headroom: greedy [T], samples [T, G], failures [T] and sql_differences [T] or [] must "
+                         f"agree with T >= 1 and G >= 1, got {g.shape}, {s.shape}, {len(failures)}, "
+                         f"{len(sql_differences)}")
     t, size = s.shape
     c = s.sum(axis=1)
     ks = [k for k in (2 ** i for i in range(size.bit_length())) if k <= size]
@@ -92,7 +128,9 @@ def level_headroom(level: str, greedy: Sequence[bool], samples: np.ndarray, fail
         sharpenable=int(np.sum(~g & (c > 0))), at_risk=int(np.sum(g & (2 * c <= size))),
         in_band=int(np.sum((c >= band[0]) & (c <= band[1]))),
         histogram=tuple(int(x) for x in np.bincount(c, minlength=size + 1)),
-        failures=dict(Counter(f or "success" for f in failures).most_common()))
+        failures=dict(Counter(f or "success" for f in failures).most_common()),
+        failed_sql={d: n for d in SQL_DIFFERENCES
+                    if (n := sum(1 for ok, x in zip(g, sql_differences) if not ok and x == d))})
 
 
 def render_headroom(rows: Sequence[LevelHeadroom]) -> str:
@@ -108,6 +146,8 @@ def render_headroom(rows: Sequence[LevelHeadroom]) -> str:
                      f"{r.sharpenable:>11} {r.ceiling:>8.3f} {r.at_risk:>7} {r.in_band:>7}  {list(r.histogram)}")
     for r in rows:
         lines.append(f"{r.level} greedy outcomes: " + ", ".join(f"{k} {v}" for k, v in r.failures.items()))
+        if r.failed_sql:
+            lines.append(f"{r.level} greedy failures' SQL vs gold: " + ", ".join(f"{k} {v}" for k, v in r.failed_sql.items()))
     return "\n".join(lines)
 
 
@@ -148,9 +188,11 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                               f"samples at T = {cfg.grpo.temperature}")
                 greedy = rollouts.validate(prompts, 0)
                 groups = rollouts.play(prompts, 0)
+                gold = {t.task_id: t.gold_sql for t in tasks}
                 rows.append(level_headroom(
                     level, [e.success for e in greedy], np.array([[x.success for x in g] for g in groups]),
-                    [e.episode["failure"] for e in greedy], (cfg.filter.min_success, cfg.filter.max_success)))
+                    [e.episode["failure"] for e in greedy], (cfg.filter.min_success, cfg.filter.max_success),
+                    [sql_difference(_last_sql(e), gold[e.episode["task_id"]]) for e in greedy]))
         finally:
             rollouts.close()
     out = run_dir / f"{name}.json"
@@ -159,6 +201,12 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                                "temperature": cfg.grpo.temperature,
                                "levels": [{**asdict(r), "ceiling": r.ceiling} for r in rows]}, indent=1))
     return rows, out
+
+
+def _last_sql(trajectory: Any) -> str | None:
+    """The SQL of an episode's last executed query (``None`` when it executed none)."""
+    sqls = [t["sql"] for t in trajectory.turns if t["action"] == "execute_query" and t["sql"]]
+    return sqls[-1] if sqls else None
 
 
 def _say(console: Any, msg: str) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bapsql.errors import ConfigError
-from bapsql.train.headroom import level_headroom, pass_at_k, render_headroom
+from bapsql.train.headroom import level_headroom, pass_at_k, render_headroom, sql_difference
 
 
 def _slow_pass_at_k(n: int, c: int, k: int) -> float:
@@ -76,6 +76,31 @@ def test_the_sharpening_ceiling_lies_between_greedy_and_pass_at_the_group_size(r
     assert math.isclose(h.pass_at[8], np.mean([any(s) for _, s in rows]))
 
 
+@pytest.mark.parametrize("sql, kind", [
+    ("SELECT category FROM products WHERE name = 'Vivid Leather Rug'", "same"),
+    ("select category from products where name='Vivid Leather Rug'", "same"),
+    ("SELECT category FROM products WHERE name = 'Vivid Silk Rug'", "literal"),
+    ("SELECT category FROM products WHERE name = 'Vivid Leather Rug' AND price > 3", "structure"),
+    ("SELECT name FROM products WHERE name = 'Vivid Leather Rug'", "structure"),
+    ("SELEC category FRM products", "structure"),
+    (None, "no_query"),
+])
+def test_sql_difference_tells_a_miscopied_value_from_a_wrong_query(sql, kind):
+    assert sql_difference(sql, "SELECT category FROM products WHERE name = 'Vivid Leather Rug'") == kind
+
+
+def test_sql_difference_blanks_numbers_too():
+    gold = "SELECT id FROM orders WHERE status = 'returned' AND total_amount > 354.16"
+    assert sql_difference("SELECT id FROM orders WHERE status = 'returned' AND total_amount > 3406.16", gold) == "literal"
+
+
+def test_level_headroom_counts_the_failures_sql_differences_only():
+    h = level_headroom("XS", [True, False, False], np.zeros((3, 2), dtype=bool), ["", "x", "y"], band=(1, 1),
+                       sql_differences=["same", "literal", "same"])
+    assert h.failed_sql == {"same": 1, "literal": 1}
+    assert "SQL vs gold: same 1, literal 1" in render_headroom([h])
+
+
 def test_level_headroom_names_disagreeing_shapes():
     with pytest.raises(ValueError, match=r"samples \[T, G\]"):
         level_headroom("XS", [True, False], np.ones((3, 4), dtype=bool), ["", ""], band=(1, 3))
@@ -102,6 +127,7 @@ def test_measure_headroom_plays_the_validation_questions_greedy_and_sampled(tiny
     assert (h.level, h.tasks, h.group_size) == ("XS", 3, 2)
     assert h.greedy == h.sampled == h.ceiling == 0.0 and h.histogram == (3, 0, 0)
     assert sum(h.failures.values()) == 3 and "success" not in h.failures
+    assert sum(h.failed_sql.values()) == 3
     saved = json.loads(path.read_text())
     assert path.name == "headroom.json" and saved["levels"][0]["histogram"] == [3, 0, 0]
 
