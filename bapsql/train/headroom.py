@@ -186,8 +186,11 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                 prompts = [Prompt(t.task_id, level, 0) for t in tasks]
                 _say(console, f"headroom at {level}: {len(tasks)} questions, greedy and {cfg.filter.group_size} "
                               f"samples at T = {cfg.grpo.temperature}")
-                greedy = rollouts.validate(prompts, 0)
-                groups = rollouts.play(prompts, 0)
+                with _episode_bar(console, rollouts.driver, f"headroom {level}",
+                                  len(prompts) * (1 + cfg.filter.group_size)) as next_run:
+                    greedy = rollouts.validate(prompts, 0)
+                    next_run()
+                    groups = rollouts.play(prompts, 0)
                 gold = {t.task_id: t.gold_sql for t in tasks}
                 rows.append(level_headroom(
                     level, [e.success for e in greedy], np.array([[x.success for x in g] for g in groups]),
@@ -201,6 +204,35 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                                "temperature": cfg.grpo.temperature,
                                "levels": [{**asdict(r), "ceiling": r.ceiling} for r in rows]}, indent=1))
     return rows, out
+
+
+@contextlib.contextmanager
+def _episode_bar(console: Any, driver: Any, label: str, total: int):
+    """A progress bar of finished episodes over several driver runs (none without a console); yields the call that
+    makes the next run count on from where the last one stopped."""
+    if console is None:
+        yield lambda: None
+        return
+    from rich.progress import Progress
+
+    base, last = [0], [0]
+
+    def tick(done: int, _run_total: int) -> None:
+        last[0] = done
+        bar.update(job, completed=base[0] + done)
+
+    def next_run() -> None:
+        base[0] += last[0]
+        last[0] = 0
+
+    with Progress(console=console) as bar:
+        job = bar.add_task(label, total=total)
+        driver.progress = tick
+        try:
+            yield next_run
+        finally:
+            driver.progress = None
+            bar.update(job, completed=base[0] + last[0])
 
 
 def _last_sql(trajectory: Any) -> str | None:

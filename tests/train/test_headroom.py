@@ -1,6 +1,7 @@
 """GRPO's headroom (bapsql.train.headroom): unbiased pass@k against enumeration, the per-level summary, and the job's
 wiring on a real (untrained) model."""
 
+import io
 import itertools
 import json
 import math
@@ -121,8 +122,13 @@ def test_measure_headroom_plays_the_validation_questions_greedy_and_sampled(tiny
     of ``filter.group_size`` samples per question, and the JSON holds what the table shows."""
     from bapsql.train.headroom import measure_headroom
 
+    from rich.console import Console
+
     cfg = _cfg(tiny_model_dir, tmp_path)
-    rows, path = measure_headroom(cfg, 0)
+    out = io.StringIO()
+    rows, path = measure_headroom(cfg, 0, console=Console(file=out, width=120))
+    assert "headroom at XS: 3 questions" in out.getvalue() and "headroom XS" in out.getvalue()
+    assert "100%" in out.getvalue()  # the bar counted all 3 x (1 + 2) episodes of both runs
     (h,) = rows
     assert (h.level, h.tasks, h.group_size) == ("XS", 3, 2)
     assert h.greedy == h.sampled == h.ceiling == 0.0 and h.histogram == (3, 0, 0)
