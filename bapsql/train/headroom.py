@@ -129,8 +129,12 @@ def level_headroom(level: str, greedy: Sequence[bool], samples: np.ndarray, fail
         in_band=int(np.sum((c >= band[0]) & (c <= band[1]))),
         histogram=tuple(int(x) for x in np.bincount(c, minlength=size + 1)),
         failures=dict(Counter(f or "success" for f in failures).most_common()),
-        failed_sql={d: n for d in SQL_DIFFERENCES
-                    if (n := sum(1 for ok, x in zip(g, sql_differences) if not ok and x == d))})
+        failed_sql=_in_order(Counter(x for ok, x in zip(g, sql_differences) if not ok), SQL_DIFFERENCES))
+
+
+def _in_order(counts: Counter, keys: Sequence[str]) -> dict[str, int]:
+    """``counts`` as a dict in the order of ``keys``, without the zero ones."""
+    return {k: counts[k] for k in keys if counts[k]}
 
 
 def render_headroom(rows: Sequence[LevelHeadroom]) -> str:
@@ -181,6 +185,7 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                     raise ConfigError(f"--adapter {adapter}: no adapter_config.json there (a LoRA adapter folder "
                                       "such as <run>/grpo/adapter or <run>/grpo/validated/update-00010)")
                 rollouts.load_adapter(str(adapter), "headroom", 1)
+            gold = {t.task_id: t.gold_sql for t in tasks}
             rows = []
             for level in lv:
                 prompts = [Prompt(t.task_id, level, 0) for t in tasks]
@@ -191,7 +196,6 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
                     greedy = rollouts.validate(prompts, 0)
                     next_run()
                     groups = rollouts.play(prompts, 0)
-                gold = {t.task_id: t.gold_sql for t in tasks}
                 rows.append(level_headroom(
                     level, [e.success for e in greedy], np.array([[x.success for x in g] for g in groups]),
                     [e.episode["failure"] for e in greedy], (cfg.filter.min_success, cfg.filter.max_success),
