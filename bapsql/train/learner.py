@@ -14,15 +14,20 @@ Contract:
   `grpo_update` minimizes `bapsql.train.grpo.policy_loss` (advantage per sequence, engine logprobs per token) with
   every dropout of the model switched off (`dropout_disabled`): the recomputed logprobs are those of the policy
   the engine sampled from, not a noisy draw of it.
-- Logprobs are of ``logits / cfg.temperature`` (the GRPO stage sets the sampling temperature, so learner and engine
-  score the same distribution) and are computed by `bapsql.train.logprobs.chunked_token_logprobs` from the final
-  hidden states, ``cfg.logprob_chunk_tokens`` positions at a time (default: sized by the vocabulary; memory
-  O(chunk · vocab), not O(tokens · vocab));
+- Logprobs are those of the sampler's distribution: ``logits / cfg.temperature`` renormalised over the
+  ``cfg.top_p`` / ``cfg.top_k`` nucleus, united with the target token (`bapsql.train.logprobs`; the GRPO stage sets
+  the sampling temperature and top-p, so learner and engine — vLLM's processed logprobs, the HF engine — score the
+  same distribution and the importance weight measures policy change, not the nucleus mass). Every path uses it:
+  the policy's logprobs in the loss, ``old`` logprobs of later optimizer steps, and the KL / drift reference (the
+  base model, adapter disabled, under the same temperature and nucleus). They are computed by
+  `bapsql.train.logprobs.chunked_token_logprobs` from the final hidden states, ``cfg.logprob_chunk_tokens``
+  positions at a time (default: sized by the vocabulary; memory O(chunk · vocab), not O(tokens · vocab));
   ``logprob_chunk_tokens: 0``, an output head that is not a plain ``nn.Linear``, logit soft-capping / scaling, or an
-  FSDP-wrapped module take the plain full-logits path instead.
+  FSDP-wrapped module take the plain full-logits path instead (`bapsql.train.logprobs.nucleus_logprobs` on all the
+  logits: same values, O(tokens · vocab) memory).
 - `token_logprobs` gives per-token logprobs without gradients (``[T]`` per sequence, entry ``t`` is
-  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe (at
-  temperature 1, as engines score a given completion).
+  ``log p(ids[t] | ids[:t])``, entry 0 is 0.0); `logprobs_of(prompt, completion)` is the weight-sync probe (``raw``:
+  temperature 1, full softmax, as engines score a given completion, `bapsql.rollout.engines.base.Engine`).
 - Thread control: ``cfg.threads`` sets `torch.set_num_threads` (1 by default: under CPU contention torch's default
   pool collapses throughput). ``wrap`` (e.g. Ray Train's ``prepare_model`` → DDP) wraps the module used for the
   forward pass; accumulation micro-batches then skip the all-reduce (``no_sync``) until the last one.
@@ -48,7 +53,7 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
-from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs
+from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs, nucleus_logprobs
 
 from bapsql.train.learner_state import LearnerState
 from bapsql.train.model_parts import discover_lora_targets, dropout_disabled
@@ -221,16 +226,17 @@ class Learner(LearnerState):
         d = self.device
         return {"ids": ids.to(d), "attn": attn.to(d), "mask": mask.to(d), "engine": eng.to(d), "adv": adv.to(d)}
 
-    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None, temperature: float | None = None) -> Any:
-        """Per-token logprobs ``[b, T]`` in float32 of ``logits / temperature`` (default ``cfg.temperature``):
-        entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
+    def _logp(self, model: Any, ids: Any, attn: Any, mask: Any = None, raw: bool = False) -> Any:
+        """Per-token logprobs ``[b, T]`` in float32 of ``logits / cfg.temperature`` over the ``cfg.top_p`` /
+        ``cfg.top_k`` nucleus (``raw``: ``logits``, full softmax): entry t is log p(ids[t] | ids[:t]); entry 0 is 0.
 
         With ``mask`` ``[b, T]`` only positions where some row has mask 1 are computed (the LM head runs on those
         alone: prompts and observations, most of an agent's tokens, cost no vocabulary projection); the others
         are 0."""
         import torch
 
-        temp = self.cfg.temperature if temperature is None else temperature
+        temp = 1.0 if raw else self.cfg.temperature
+        nucleus = {"top_p": 1.0, "top_k": 0} if raw else {"top_p": self.cfg.top_p, "top_k": self.cfg.top_k}
         if mask is None:
             targets = torch.arange(1, ids.shape[1], device=ids.device)  # positions predicted, [K]
         else:
@@ -241,21 +247,23 @@ class Learner(LearnerState):
         b, k = ids.shape[0], targets.numel()
         if self._head is None:
             logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=targets - 1).logits
-            lp = torch.log_softmax(logits.float() / temp, dim=-1).gather(-1, ids[:, targets, None]).squeeze(-1)
+            lp = nucleus_logprobs(logits.float().reshape(b * k, -1) / temp, ids[:, targets].reshape(-1),
+                                  **nucleus).view(b, k)
         else:
             model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=1)
             hidden = self._hidden.pop("last")[:, targets - 1]  # [b, K, H]
             lp = chunked_token_logprobs(hidden.reshape(b * k, -1), self._head.weight, ids[:, targets].reshape(-1),
-                                        bias=self._head.bias, temperature=temp,
-                                        chunk=self._chunk).view(b, k)
+                                        bias=self._head.bias, temperature=temp, chunk=self._chunk,
+                                        **nucleus).view(b, k)
         return out.index_put((torch.arange(b, device=ids.device)[:, None], targets[None, :]), lp)
 
     def token_logprobs(self, samples: Sequence[Sample], *, reference: bool = False, masked_only: bool = False,
-                       temperature: float | None = None) -> list[np.ndarray]:
-        """Per-token logprobs ``[len(ids)]`` of each sample, no grad, at ``temperature`` (default
-        ``cfg.temperature``). ``reference=True`` disables the adapter (the base model: the KL reference when GRPO
-        starts from an SFT-merged base); ``masked_only=True`` computes only positions under some sample's loss
-        mask (others are 0)."""
+                       raw: bool = False) -> list[np.ndarray]:
+        """Per-token logprobs ``[len(ids)]`` of each sample, no grad, under the sampler's distribution
+        (``cfg.temperature``, ``cfg.top_p`` / ``cfg.top_k``; ``raw=True``: temperature 1, full softmax).
+        ``reference=True`` disables the adapter (the base model: the KL reference when GRPO starts from an
+        SFT-merged base); ``masked_only=True`` computes only positions under some sample's loss mask (others are
+        0)."""
         import torch
 
         out: list[np.ndarray | None] = [None] * len(samples)
@@ -266,18 +274,18 @@ class Learner(LearnerState):
             for idx in self._micro_batches(samples):
                 batch = self._batch([samples[i] for i in idx])
                 lp = self._logp(self.model, batch["ids"], batch["attn"], batch["mask"] if masked_only else None,
-                                temperature).cpu().numpy()
+                                raw).cpu().numpy()
                 for row, i in enumerate(idx):
                     out[i] = lp[row, :len(samples[i].input_ids)].astype(np.float64)
         self.model.train(was_training)
         return out  # type: ignore[return-value]
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
-        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` at temperature 1 (the
-        weight-sync probe: engines score a given completion with the raw distribution)."""
+        """Logprobs ``[len(completion)]`` of ``completion_ids`` after ``prompt_ids`` at temperature 1 over the full
+        vocabulary (the weight-sync probe: engines score a given completion with the raw distribution)."""
         ids = tuple(prompt_ids) + tuple(completion_ids)
         mask = (0,) * len(prompt_ids) + (1,) * len(completion_ids)
-        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True, temperature=1.0)[0]
+        lp = self.token_logprobs([Sample(ids, mask)], masked_only=True, raw=True)[0]
         return [float(x) for x in lp[len(prompt_ids):]]
 
     # ---------------------------------------------------------------------------------------------- updates
@@ -331,7 +339,7 @@ class Learner(LearnerState):
         ``old_logprobs`` (``[len(ids)]`` per sample): the learner's logprobs under the weights that began this
         update, for the second and later optimizer steps on one batch (`bapsql.train.minibatch`); without them
         the PPO ratio is 1 in value. With ``loss_cfg.kl_coef > 0`` the reference is the base model (adapter
-        disabled)."""
+        disabled), scored under the same temperature and nucleus as the policy."""
         import torch
 
         if any(s.engine_logprobs is None for s in samples):

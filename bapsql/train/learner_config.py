@@ -74,6 +74,9 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     seed: int = 0
     temperature: float = 1.0  # logprobs of logits / temperature: the distribution rollouts were sampled from
+    # ... renormalised over the top-p / top-k nucleus the engine sampled from (bapsql.train.logprobs; 1 / 0: off)
+    top_p: float = 1.0
+    top_k: int = 0
     # LM head + log-softmax this many positions at a time; null: sized by the vocabulary (~128 MiB of logits per
     # chunk, bapsql.train.logprobs.auto_chunk); 0: all logits at once (the plain path)
     logprob_chunk_tokens: int | None = None
@@ -83,5 +86,9 @@ class LearnerConfig:
             raise ConfigError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
         if not self.temperature > 0:
             raise ConfigError(f"learner temperature: must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"learner top_p: must be in (0, 1] (1: no nucleus), got {self.top_p}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"learner top_k: must be an integer >= 0 (0: no top-k), got {self.top_k!r}")
         if self.logprob_chunk_tokens is not None and self.logprob_chunk_tokens < 0:
             raise ConfigError(f"logprob_chunk_tokens: must be >= 0, got {self.logprob_chunk_tokens}")

