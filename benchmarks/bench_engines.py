@@ -59,7 +59,7 @@ def main() -> None:
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.codec import ModelCodec
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.rollout.tiny_model import make_tiny_model
+    from bapsql.models.tiny import make_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="bench_engines_"))
     model_dir = args.model or make_tiny_model(work / "model", seed=0).out_dir

@@ -119,7 +119,7 @@ def main() -> None:
     print(f"| head V={args.vocab} | {L_TOKENS} (L) | chunked ({args.chunk}) | {big['peak_above_mib']:.0f} | "
           f"{logits:.0f} |")
 
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny"

@@ -34,7 +34,7 @@ def build(cfg, base, run_dir: Path, backend_kind: str):
     from bapsql.env.conditions import method_name
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import NullMonitor
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.train.learner import Learner
@@ -119,7 +119,7 @@ def main() -> None:
 
     import torch
 
-    from bapsql.experiment import resolve_model
+    from bapsql.models.registry import resolve_model
     from bapsql.train.config import load_train_config
 
     torch.set_num_threads(1)

@@ -16,9 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bapsql.policies.chat import ChatTemplate, Segment
-from bapsql.rollout import tokenizer_corpus as corpus
-from bapsql.rollout.tokenizer_build import build_tokenizer
+from bapsql.models.chat_template import ChatTemplate
+from bapsql.policies.chat import Segment
+from bapsql.models import tokenizer_corpus as corpus
+from bapsql.models.tokenizer_build import build_tokenizer
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR, RegexTokenCounter
 
 

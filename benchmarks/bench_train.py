@@ -35,7 +35,7 @@ def main() -> None:
 
     import torch
 
-    from bapsql.experiment import resolve_model
+    from bapsql.models.registry import resolve_model
     from bapsql.policies.sft_export import export_sft
     from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, LearnerConfig,
                                      ModelSection, MonitorSection, OptimConfig, RolloutSection, TrainConfig)
@@ -73,7 +73,7 @@ def main() -> None:
     dt = time.perf_counter() - t
     rows.append(("GRPO learner", f"{n / dt:,.0f} tok/s", f"same sequences as GRPO samples, {dt:.1f} s"))
 
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
     from bapsql.train.weight_sync import WeightSync, make_probe

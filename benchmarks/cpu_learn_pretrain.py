@@ -26,7 +26,7 @@ def main() -> None:
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
     from bapsql.train.pretrain import read_rows, train_sequences
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -71,7 +71,7 @@ class Check:
 
 
 def build_model(c: Check) -> str:
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     spec = TinySpec(hidden_size=896, num_layers=4, num_heads=14, num_kv_heads=2, intermediate_size=4864,
                     max_position_embeddings=16_384, rope_theta=1_000_000.0)
@@ -148,7 +148,7 @@ def learner_bf16(c: Check) -> str:
 
 def sync(c: Check) -> str:
     from bapsql.errors import WeightSyncError
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.train.weight_sync import WeightSync, make_probe
 
     from bapsql.train.learner import Sample
@@ -192,7 +192,7 @@ def grpo(c: Check) -> str:
 
     import torch
 
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend
     from bapsql.rollout.runner import load_tasks, resolve_benchmark

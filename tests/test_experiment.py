@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from bapsql.errors import ConfigError
-from bapsql.experiment import ExperimentConfig, load_experiment, resolve_model
+from bapsql.experiment import ExperimentConfig, load_experiment
+from bapsql.models.registry import resolve_model
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
 

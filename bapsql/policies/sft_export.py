@@ -15,8 +15,10 @@ Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
   generation prompt, then each completion as tokens and each observation as the template's continuation; a fresh
   segment after ``context_rewritten``), with the chat-template options ``template_kwargs`` (e.g.
   ``enable_thinking: false``) that rollouts and the sync probe use too; ``completion`` = the workflow's tool call
-  + ``<|im_end|>``. For prefix-stable templates this equals rendering the live messages afresh; for templates that
-  re-render history differently (Qwen3's think blocks) only the stream is what the policy really sees.
+  + the template's end-of-turn token (`bapsql.models.framing.ChatFraming.end_of_turn_text`: ``<|im_end|>`` for
+  ChatML, ``<|eot_id|>`` for Llama 3), as a rollout samples it. For prefix-stable templates this equals rendering
+  the live messages afresh; for templates that re-render history differently (Qwen3's think blocks) only the stream
+  is what the policy really sees.
   Prompts are rendered exactly as the env charges context — the system message carries the tool list, so the
   template's JSON ``tools`` block is NOT added by default (it would add ~900 tokens the env never charges;
   ``tool_schemas=True`` adds it). Pairs longer than ``max_length`` tokens are dropped (counted).
@@ -42,7 +44,6 @@ from bapsql.errors import ConfigError, DataError
 from bapsql.policies.registry import WORKFLOW_NAMES, make_policy
 
 KEEP_FAILURES: tuple[str, ...] = ("", "justified_abstention_wrong")  # success, or a justified abstention
-END_OF_TURN = "<|im_end|>"
 
 
 def abstention_justified(tags: tuple[str, ...], level: str) -> bool:
@@ -95,6 +96,7 @@ def _episode_items(template: Any, turns: list[tuple[list[dict], str, bool]], too
     rollouts build (`TokenTrajectory`), so SFT prompts are what the policy will see token for token."""
     from bapsql.policies.chat import TokenTrajectory
 
+    end_of_turn = template.framing(**template_kwargs).end_of_turn_text
     stream, seen_msgs, items = None, 0, []
     for turn, (msgs, text, rewritten) in enumerate(turns, start=1):
         if stream is None:
@@ -104,10 +106,10 @@ def _episode_items(template: Any, turns: list[tuple[list[dict], str, bool]], too
                                    conversation=msgs if rewritten else None)
         seen_msgs = len(msgs)
         prompt_ids = stream.prompt_ids
-        completion_ids = template.encode(text + END_OF_TURN)
+        completion_ids = template.encode(text + end_of_turn)
         stream.add_completion(completion_ids)
         if not per_episode:
-            items.append((turn, template.decode(prompt_ids), text + END_OF_TURN, prompt_ids + completion_ids,
+            items.append((turn, template.decode(prompt_ids), text + end_of_turn, prompt_ids + completion_ids,
                           [0] * len(prompt_ids) + [1] * len(completion_ids)))
     if per_episode and stream is not None:
         for seg in stream.segments:
@@ -152,7 +154,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter
 
@@ -167,7 +169,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
         raise DataError(f"split {split!r} of {root} has no tasks")
     tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else DEFAULT_TOKENIZER_DIR
     template = ChatTemplate.from_dir(tok_dir)
-    counter = HFTokenCounter(tok_dir)
+    counter = HFTokenCounter(tok_dir, template_kwargs=template_kwargs)
     ladder = load_ladder()
     policies = [make_policy(w) for w in workflows]
     levels = [ladder[b] for b in budgets]

@@ -18,11 +18,12 @@ sampled completion ids (loss mask 1, sampling logprobs kept) + the template's te
 (mask 0); past turns are never re-templated. When the env reports ``context_rewritten`` (evidence management
 changed earlier messages) a new segment starts from a fresh rendering of the conversation as the env now shows it.
 
-The env is told the completion *text* (the sampled ids decoded, end-of-turn tokens dropped); it counts and parses
-that text with the policy's tokenizer. ``max_tokens`` of every request is capped by the env's headroom
-(``info["max_completion_tokens"]``), so a completion never overflows the context budget by construction.
-Sampling seeds are fixed per (episode seed, turn): a rerun of an episode samples the same completions
-whatever batch it lands in.
+The env is told the completion *text* (the sampled ids decoded, the chat template's end-of-turn tokens dropped:
+`bapsql.models.framing.ChatFraming.end_of_turn_ids`); it counts and parses that text with the policy's tokenizer and
+charges the context with the same template's framing (the agent refuses an env whose counter charges another one).
+``max_tokens`` of every request is capped by the env's headroom (``info["max_completion_tokens"]``), so a completion
+never overflows the context budget by construction. Sampling seeds are fixed per (episode seed, turn): a rerun of an
+episode samples the same completions whatever batch it lands in.
 
 """
 
@@ -36,13 +37,11 @@ from bapsql.errors import ConfigError, EnvStateError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bapsql.budgets import Budget
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
+    from bapsql.models.framing import ChatFraming
     from bapsql.rollout.engines.base import Generation, SamplingParams
     from bapsql.rollout.groups import SegmentTokens
     from bapsql.types import Task
-
-END_OF_TURN: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
-
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -80,16 +79,15 @@ def turn_seed(seed: int, turn: int) -> int:
     return (int(seed) * 1_000_003 + int(turn) * 7_919 + 1) & 0x7FFFFFFF
 
 
-def completion_text(template: "ChatTemplate", completion_ids: tuple[int, ...] | list[int]) -> str:
-    """The text the env is given: the sampled ids decoded, trailing end-of-turn tokens dropped."""
-    text = template.decode(list(completion_ids))
-    stripped = True
-    while stripped:
-        stripped = False
-        for tok in END_OF_TURN:
-            if text.endswith(tok):
-                text, stripped = text[: -len(tok)], True
-    return text
+def completion_text(template: "ChatTemplate", completion_ids: tuple[int, ...] | list[int],
+                    framing: "ChatFraming | None" = None) -> str:
+    """The text the env is given: the sampled ids decoded, trailing end-of-turn tokens dropped (the ids of
+    ``framing``, by default ``template.framing()``: the template's turn-closing token and the model's eos ids)."""
+    ends = set((framing if framing is not None else template.framing()).end_of_turn_ids)
+    ids = list(completion_ids)
+    while ids and ids[-1] in ends:
+        ids.pop()
+    return template.decode(ids)
 
 
 class ModelAgent:
@@ -101,6 +99,14 @@ class ModelAgent:
         self.config = config
         self.episode_key = episode_key
         self.seed = int(seed)
+        self.framing = template.framing(**config.template_kwargs)  # ChatTemplateError now if it cannot frame
+        charged = getattr(env, "framing", None)
+        if charged is not None and hasattr(charged, "charges_like") and not charged.charges_like(self.framing):
+            raise ConfigError(
+                f"the env charges the context with the framing of {charged.template} ({charged.describe()}) but the "
+                f"agent renders prompts with {template.name} under {config.template_kwargs} "
+                f"({self.framing.describe()}); count with the model folder's tokenizer and the same template options: "
+                "load_token_counter(model_dir, **template_kwargs)")
         self.trajectory = None
         self.info: dict = {}
         self.completions: list[str] = []
@@ -140,7 +146,7 @@ class ModelAgent:
         ids = tuple(generation.completion_ids)
         self.trajectory.add_completion(ids, generation.logprobs)
         self.generated_tokens += len(ids)
-        text = completion_text(self.template, ids)
+        text = completion_text(self.template, ids, self.framing)
         self.completions.append(text)
         n_before = len(self.env.messages)
         step = self.env.step(text)
@@ -168,7 +174,7 @@ class ModelAgent:
 
 def load_template(model_dir: str | Path) -> "ChatTemplate":
     """The chat template + tokenizer of a model folder (`ChatTemplate.from_dir`)."""
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
 
     return ChatTemplate.from_dir(model_dir)
 

@@ -75,7 +75,7 @@ class EnvWorker:
         self.placebo_dir = Path(placebo_dir) if placebo_dir else None
         self._placebo: dict[str, Any] = {}
         self.ladder = load_ladder()
-        self._handles: dict[str, Any] = {}
+        self._handles: dict[tuple[str, str], Any] = {}  # (counter spec, template options) -> handles
         self._policies: dict[str, Any] = {}
         self._envs: dict[str, Any] = {}
         self._templates: dict[str, Any] = {}
@@ -84,19 +84,26 @@ class EnvWorker:
         self._busy = 0.0
 
     # -- shared machinery --------------------------------------------------------------------------------------
-    def _handles_for(self, counter_spec: str):
-        if counter_spec not in self._handles:
+    def _handles_for(self, counter_spec: str, template_kwargs: Mapping[str, Any] | None = None):
+        """Database handles counting with ``counter_spec``'s tokenizer and the chat framing its template has under
+        ``template_kwargs`` (a model policy's options, e.g. ``enable_thinking``)."""
+        import json
+
+        key = (counter_spec, json.dumps(dict(template_kwargs or {}), sort_keys=True, default=str))
+        if key not in self._handles:
             from bapsql.env.handles import DatabaseHandles
             from bapsql.tokens import load_token_counter
 
-            self._handles[counter_spec] = DatabaseHandles(load_token_counter(counter_spec), cache_dir=self.cache_dir,
-                                                          max_open=self.max_open, calibration=self.calibration)
-        return self._handles[counter_spec]
+            counter = load_token_counter(counter_spec, **dict(template_kwargs or {}))
+            self._handles[key] = DatabaseHandles(counter, cache_dir=self.cache_dir, max_open=self.max_open,
+                                                 calibration=self.calibration)
+        return self._handles[key]
 
-    def _new_env(self, counter_spec: str, options: Any, method: str = ""):
+    def _new_env(self, counter_spec: str, options: Any, method: str = "",
+                 template_kwargs: Mapping[str, Any] | None = None):
         from bapsql.env.episode import BudgetedSQLEnv
 
-        handles = self._handles_for(counter_spec)
+        handles = self._handles_for(counter_spec, template_kwargs)
         placebo = self._placebo_for(method) if options.condition.estimates == "permuted" else None
         return BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles, options=options, placebo=placebo)
 
@@ -176,7 +183,7 @@ class EnvWorker:
             if not self.is_model(spec.method):
                 raise ConfigError(f"{spec.method} is not a model policy of this worker; known: {sorted(self.agents)}")
             cfg = self.agents[spec.method]
-            env = self._new_env(cfg.model_dir, self.options_for(spec.method), spec.method)
+            env = self._new_env(cfg.model_dir, self.options_for(spec.method), spec.method, cfg.template_kwargs)
             agent = ModelAgent(env, self._template(spec.method), cfg, episode_key=spec.episode_id,
                                seed=spec.sample_seed)
             agent.reset(spec.task, self.ladder[spec.level])

@@ -199,7 +199,7 @@ def run_pretrain(cfg: Any, seed: int, run_dir: Path, *, console: Any = None) -> 
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
     from bapsql.rollout.runner import load_tasks, resolve_benchmark
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     p = cfg.pretrain
     out = run_dir / "pretrain"

@@ -41,7 +41,7 @@ from bapsql.errors import WeightSyncError
 ADAPTER_NAME = "policy"
 PROBE_QUESTION = "How many orders were placed in 2023?"
 PROBE_COMPLETION = ('<tool_call>\n{"name": "execute_query", "arguments": {"sql": "SELECT COUNT(*) FROM orders '
-                    'WHERE year = 2023"}}\n</tool_call><|im_end|>')
+                    'WHERE year = 2023"}}\n</tool_call>')  # + the template's end of turn (`make_probe`)
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,14 @@ def delta_slope(engine_delta: np.ndarray, learner_delta: np.ndarray) -> float:
 
 
 def make_probe(template: Any, max_completion_tokens: int = 24, **template_kwargs: Any) -> Probe:
-    """The default probe rendered with a `bapsql.policies.chat.ChatTemplate` and the run's chat-template options
+    """The default probe rendered with a `bapsql.models.chat_template.ChatTemplate` and the run's chat-template options
     (``template_kwargs``, e.g. ``enable_thinking=False``): a short system + user prompt with the generation prompt,
-    and a tool-call completion cut to ``max_completion_tokens``."""
+    and a tool-call completion closed by the template's end-of-turn token, cut to ``max_completion_tokens``."""
     messages = [{"role": "system", "content": "You answer questions about a SQLite database with tool calls."},
                 {"role": "user", "content": PROBE_QUESTION}]
     prompt = template.apply(messages, add_generation_prompt=True, **template_kwargs)
-    completion = template.encode(PROBE_COMPLETION)[:max_completion_tokens]
+    end_of_turn = template.framing(**template_kwargs).end_of_turn_text
+    completion = template.encode(PROBE_COMPLETION + end_of_turn)[:max_completion_tokens]
     return Probe(tuple(prompt), tuple(completion))
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bapsql.errors import ChatTemplateError, ConfigError, EngineError
-from bapsql.policies.chat import ChatTemplate, Segment, TokenTrajectory, TurnTokens
+from bapsql.models.chat_template import ChatTemplate
+from bapsql.policies.chat import Segment, TokenTrajectory, TurnTokens
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 from tests.policies.templates import QWEN3_WITH_CHECKS
 

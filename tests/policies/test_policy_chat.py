@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bapsql.policies.chat import ChatTemplate, Segment
+from bapsql.models.chat_template import ChatTemplate
+from bapsql.policies.chat import Segment
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from bapsql.policies.chat import ChatTemplate
-from bapsql.policies.sft_export import END_OF_TURN, export_sft, pair_key
+from bapsql.models.chat_template import ChatTemplate
+from bapsql.policies.sft_export import export_sft, pair_key
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 from tests.policies.templates import QWEN3_STYLE
 
@@ -40,7 +40,7 @@ def test_loss_mask_covers_exactly_the_completion_tokens(exported):
         masked = [t for t, m in zip(r["input_ids"], r["loss_mask"]) if m]
         assert template.decode(masked) == r["completion"]
         assert template.decode(r["prompt_ids"]) == r["prompt"]
-        assert r["completion"].startswith("<tool_call>") and r["completion"].endswith(END_OF_TURN)
+        assert r["completion"].startswith("<tool_call>") and r["completion"].endswith("<|im_end|>")
         assert r["prompt"].endswith("<|im_start|>assistant\n")
 
 
@@ -102,7 +102,7 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
     template = ChatTemplate.from_dir(tok)
     ladder = load_ladder()
     think_blocks = []
-    with DatabaseHandles(HFTokenCounter(tok)) as handles:
+    with DatabaseHandles(HFTokenCounter(tok, template_kwargs=kwargs)) as handles:
         for episode in full[:6]:
             first = episode[0]
             opts = EnvOptions()  # the export ran every workflow under the full condition
@@ -113,11 +113,58 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
             for r in episode:
                 req = agent.request()
                 assert list(req.prompt_ids) == r["prompt_ids"], (first["workflow"], r["turn"])
+                assert len(req.prompt_ids) == agent.info["ledger"]["spent"]["context_tokens"]  # think blocks charged
                 agent.advance(Generation(req.prompt_ids, tuple(r["completion_ids"]), r["completion"], None, "stop"))
             think_blocks.append(template.decode(episode[-1]["prompt_ids"]).count("<think>\n\n</think>"))
     # past turns keep their empty think blocks in the stream (a fresh rendering would drop them; a segment started
     # after evidence management rewrote the context renders afresh)
     assert max(think_blocks) >= 2
+
+
+@pytest.mark.parametrize("family", ["smollm2", "llama3"])
+def test_the_sft_stream_equals_the_rollout_stream_for_other_template_families(minibench, mini_tasks, tmp_path,
+                                                                                family):
+    """SmolLM2's ChatML (plain tool turns) and Llama 3's headers: SFT targets end with the template's own end of turn
+    and every SFT prompt is the token stream the model agent builds for the same episode, its context figure
+    included (the env charges the family's overheads, not ChatML's)."""
+    from collections import defaultdict
+
+    from bapsql.budgets import load_ladder
+    from bapsql.env.episode import BudgetedSQLEnv
+    from bapsql.env.handles import DatabaseHandles
+    from bapsql.rollout.agent import AgentConfig, ModelAgent
+    from bapsql.rollout.engines.base import Generation
+    from bapsql.tokens import HFTokenCounter
+    from tests.models.chat_families import END_OF_TURN, make_family_dir
+
+    tok = make_family_dir(tmp_path, family)
+    res = export_sft(minibench, "train", 40, tmp_path / f"{family}.parquet", seed=0, tokenizer_dir=tok)
+    rows = pq.read_table(res.path).to_pylist()
+    template = ChatTemplate.from_dir(tok)
+    generation_prompt = template.framing().generation_prompt
+    assert rows and all(r["completion"].endswith(END_OF_TURN[family]) for r in rows)
+    assert all(r["completion_ids"][-1] == template.tokenizer.token_to_id(END_OF_TURN[family]) for r in rows)
+    assert all(r["prompt"].endswith(generation_prompt) for r in rows)
+    episodes = defaultdict(list)
+    for r in rows:
+        episodes[r["seed"]].append(r)
+    full = [sorted(v, key=lambda r: r["turn"]) for v in episodes.values()]
+    full = [e for e in full if [r["turn"] for r in e] == list(range(1, len(e) + 1)) and len(e) >= 2]
+    assert len(full) >= 3
+    ladder = load_ladder()
+    with DatabaseHandles(HFTokenCounter(tok)) as handles:
+        for episode in full[:4]:
+            first = episode[0]
+            env = BudgetedSQLEnv(token_counter=handles.token_counter, handles=handles)
+            agent = ModelAgent(env, template, AgentConfig(str(tok), max_tokens=4096), episode_key="e",
+                               seed=first["seed"])
+            agent.reset(mini_tasks[first["task_id"]], ladder[first["budget"]])
+            for r in episode:
+                req = agent.request()
+                assert list(req.prompt_ids) == r["prompt_ids"], (first["workflow"], r["turn"])
+                assert len(req.prompt_ids) == agent.info["ledger"]["spent"]["context_tokens"]
+                agent.advance(Generation(req.prompt_ids, tuple(r["completion_ids"]), r["completion"], None, "stop"))
+                assert agent.completions[-1] + END_OF_TURN[family] == r["completion"]
 
 
 def test_per_episode_rows_are_the_whole_stream_with_every_completion_in_the_loss(minibench, tmp_path):

@@ -34,7 +34,7 @@ class PlanEngine:
     name = "plan"
 
     def __init__(self, plans: dict[str, list[str]] | None = None, tokenizer_dir: str = str(DEFAULT_TOKENIZER_DIR)):
-        from bapsql.policies.chat import ChatTemplate
+        from bapsql.models.chat_template import ChatTemplate
 
         self.template = ChatTemplate.from_dir(tokenizer_dir)
         self.plans = dict(plans or {})

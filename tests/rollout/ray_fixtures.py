@@ -31,7 +31,7 @@ def tiny_model_fixture(tmp_path_factory) -> Path:
     """The tiny model without pretraining (seconds to build), with room for the L budget's context."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny") / "model"
     make_tiny_model(out, seed=0, spec=TinySpec(max_position_embeddings=16_384))

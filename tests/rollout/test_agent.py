@@ -157,7 +157,7 @@ def test_the_agent_loop_runs_on_the_real_hf_engine_with_the_tiny_model(handles, 
     pytest.importorskip("transformers")
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.rollout.tiny_model import make_tiny_model
+    from bapsql.models.tiny import make_tiny_model
 
     model = tmp_path / "tiny"
     make_tiny_model(model, seed=0)

@@ -15,7 +15,7 @@ from bapsql.errors import EngineError  # noqa: E402
 from bapsql.rollout.engines.base import AdapterRef, Engine, EngineConfig, SamplingParams  # noqa: E402
 from bapsql.rollout.engines.codec import ModelCodec  # noqa: E402
 from bapsql.rollout.engines.factory import make_engine  # noqa: E402
-from bapsql.rollout.tiny_model import make_tiny_model  # noqa: E402
+from bapsql.models.tiny import make_tiny_model  # noqa: E402
 from tests.rollout.engine_helpers import add_eos, prompt_ids, write_lora  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds and runs the tiny model (seconds)

@@ -11,7 +11,7 @@ from bapsql.errors import EngineError  # noqa: E402
 from bapsql.rollout.engines.base import AdapterRef, EngineConfig, SamplingParams  # noqa: E402
 from bapsql.rollout.engines.codec import ModelCodec  # noqa: E402
 from bapsql.rollout.engines.factory import make_engine  # noqa: E402
-from bapsql.rollout.tiny_model import make_tiny_model  # noqa: E402
+from bapsql.models.tiny import make_tiny_model  # noqa: E402
 from tests.rollout.engine_helpers import EngineServer, prompt_ids  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)

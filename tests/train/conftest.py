@@ -9,7 +9,7 @@ import pytest
 def tiny_model_dir(tmp_path_factory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-model")
     make_tiny_model(out, seed=0, spec=TinySpec(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -24,7 +24,7 @@ def pretrained_tiny_dir(tmp_path_factory) -> Path:
     ``<tool_call>``) that a policy can learn to choose between."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-pretrained")
     make_tiny_model(out, seed=0, pretrain_steps=150,

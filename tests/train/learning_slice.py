@@ -83,7 +83,7 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
 
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
-    from bapsql.rollout.tiny_model import TinySpec, make_tiny_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
     from bapsql.train.pretrain import read_rows, train_sequences
 
     model_dir = out / "start"
@@ -111,11 +111,10 @@ def abstain_rows(rows: list[dict], model_dir: Path) -> list[dict]:
     """For each episode row, the one-turn episode that abstains at once from the same first prompt: the token
     stream `export_sft` would write for it (first prompt + the rendered `Abstain` call + end of turn)."""
     from bapsql.env.actions import Abstain, render_action
-    from bapsql.policies.chat import ChatTemplate
-    from bapsql.policies.sft_export import END_OF_TURN
+    from bapsql.models.chat_template import ChatTemplate
 
     template = ChatTemplate.from_dir(model_dir)
-    completion = template.encode(render_action(Abstain(ABSTAIN_REASON)) + END_OF_TURN)
+    completion = template.encode(render_action(Abstain(ABSTAIN_REASON)) + template.framing().end_of_turn_text)
     out = []
     for r in rows:
         prompt = list(r["input_ids"][:list(r["loss_mask"]).index(1)])

@@ -53,7 +53,7 @@ def test_policy_gradient_logprobs_carry_no_dropout_noise(tiny_model_dir, tmp_pat
 
 # -------------------------------------------------------------------------------------------------- temperature
 def _chat_prompt(model_dir):
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
 
     t = ChatTemplate.from_dir(model_dir)
     return t.apply([{"role": "system", "content": "You write SQL."},

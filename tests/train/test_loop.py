@@ -39,7 +39,7 @@ def make_cfg(tiny, bench, out, *, filter_enabled=False):
 
 def build(cfg, tiny, run_dir, learner=None):
     from bapsql.data.benchmark import load_benchmark
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend
     from bapsql.train.learner import Learner

@@ -14,7 +14,7 @@ def build(cfg, tiny, run_dir, backend=None):
     from bapsql.data.benchmark import load_benchmark
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import MemoryMonitor
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend
     from bapsql.train.learner import Learner

@@ -103,7 +103,7 @@ def test_corpus_holds_an_equal_share_of_episodes_under_each_condition(tmp_path):
     import pyarrow.parquet as pq
 
     from bapsql.config import from_mapping
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.train.config import TrainConfig
     from bapsql.train.pretrain import run_pretrain
 

@@ -26,7 +26,7 @@ def action_probability(learner, prompt, token):
 
 @pytest.mark.slow
 def test_grpo_raises_the_rewarded_actions_probability(make_learner, pretrained_tiny_dir, tmp_path):
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.engines.base import EngineConfig, SamplingParams
     from bapsql.rollout.engines.hf import HFEngine
 

@@ -24,7 +24,7 @@ def hf_engine(tiny_model_dir):
 
 @pytest.fixture()
 def probe(tiny_model_dir):
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
 
     return make_probe(ChatTemplate.from_dir(tiny_model_dir))
 
@@ -105,7 +105,7 @@ def test_a_stale_adapter_is_caught_after_a_real_update_at_the_papers_learning_ra
 def test_the_probe_uses_the_runs_chat_template_options(tmp_path):
     import shutil
 
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR
     from tests.policies.test_sft_export import QWEN3_STYLE
 

@@ -9,8 +9,9 @@ Contract (token-in / token-out; engines never re-tokenize text):
   text, cut before the stop string;
   ``logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the distribution it was sampled from
   (vLLM's "processed" logprobs: ``log_softmax(logits / temperature)`` renormalised over the top-p nucleus; the raw
-  ``log_softmax(logits)`` for greedy requests) — what a learner at the sampling temperature recomputes, up to the
-  nucleus renormalisation that the GRPO importance weight corrects — or ``None`` when not requested (an
+  ``log_softmax(logits)`` for greedy requests) — what the learner at the sampling temperature and top-p recomputes
+  (`bapsql.train.logprobs` renormalises over the same nucleus, so the GRPO importance weight measures policy change,
+  not the nucleus mass) — or ``None`` when not requested (an
   OpenAI-compatible server reports whatever its ``--logprobs-mode`` says);
   ``finish_reason`` is ``"stop"`` (eos or stop string) or ``"length"`` (``max_tokens`` reached).
   ``temperature == 0`` is greedy decoding. A request's ``seed`` makes its sample reproducible whatever else is in

@@ -2,17 +2,20 @@
 
 Contract (see `bapsql.rollout.engines.base`; messages in, text out):
 
-- the caller's prompt ids are the conversation rendered with a ChatML template (``<|im_start|>role\\n...<|im_end|>``,
-  ending in the generation prompt ``<|im_start|>assistant\\n``), as `bapsql.rollout.agent.ModelAgent` renders it;
-  `messages_of` recovers the messages from them, and each prompt becomes one ``POST {base_url}/chat/completions``
-  with those messages — the server applies its own model's template. A prompt that is not ChatML raises
-  `EngineError`.
+- the caller's prompt ids are the conversation rendered with the chat template of ``tokenizer`` (any family: ChatML,
+  Llama 3, ...; ending in its generation prompt, under any of the template options `TEMPLATE_OPTIONS`, e.g. Qwen3's
+  empty think block), as `bapsql.rollout.agent.ModelAgent` renders it; `messages_of` recovers the messages from them
+  with the per-role texts measured from that template (`bapsql.models.framing.ChatFraming`), and each prompt becomes
+  one ``POST {base_url}/chat/completions`` with those messages — the server applies its own model's template. Tool
+  observations are sent as user messages (a chat API accepts role ``tool`` only as the answer to a native tool call,
+  and none is declared). A prompt the template did not render raises `EngineError`.
 - the completion is the model's own text (its tool-call text). When the server parsed a tool call itself
   (``message.tool_calls``, native function calling), the call is rendered back as the ``<tool_call>`` text the
   environment parses, so the seven actions come through either way. No ``tools`` are sent: the system prompt
   already describes them.
 - completion ids are the text tokenized with the configured tokenizer (``tokenizer``, else the packaged one) plus
-  ``<|im_end|>`` when the model stopped; ``logprobs`` are ``None`` (a chat API returns none to train on).
+  the template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``, ...) when the model stopped; ``logprobs`` are
+  ``None`` (a chat API returns none to train on).
   ``Generation.usage`` holds the server's ``usage`` numbers when it sent them; `token_sources` counts how many
   answers were accounted by the server's usage and how many by the tokenizer, and the first answer of each kind is
   logged (``bapsql.rollout.engines.openai_chat``), so a run's log says which.
@@ -39,7 +42,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
 from bapsql.env.actions import CLOSE_TAG, OPEN_TAG
-from bapsql.errors import ConfigError, EngineError, EngineUnavailable
+from bapsql.errors import ChatTemplateError, ConfigError, EngineError, EngineUnavailable
+from bapsql.models.framing import DEFAULT_FRAMING, ROLES, ChatFraming
 from bapsql.rollout.engines.base import (AdapterRef, EngineConfig, Generation, SamplingParams, check_batch,
                                          cut_at_stop)
 from bapsql.rollout.engines.codec import ModelCodec
@@ -47,7 +51,7 @@ from bapsql.rollout.engines.pooled import PooledRequests, json_headers
 
 log = logging.getLogger(__name__)
 
-IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+TEMPLATE_OPTIONS: tuple[dict[str, Any], ...] = ({}, {"enable_thinking": False}, {"enable_thinking": True})
 MAX_WAIT_S = 30.0  # cap on one backoff wait (Retry-After included)
 _FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length"}
 
@@ -60,27 +64,83 @@ class _HTTPStatus(EngineError):
         self.status, self.retry_after = status, retry_after
 
 
-def messages_of(prompt_text: str) -> list[dict]:
-    """The chat messages of a ChatML prompt (special tokens kept) that ends in the assistant generation prompt.
-    `EngineError` when the text is not ChatML."""
-    body = prompt_text.rstrip()
-    if not body.endswith(IM_START + "assistant"):
-        raise EngineError("openai_chat: the prompt does not end in the ChatML generation prompt "
-                          "'<|im_start|>assistant'; render it with a ChatML chat template (Qwen-style tokenizer)")
-    body = body[: -len(IM_START + "assistant")]
-    messages = []
-    for chunk in body.split(IM_START)[1:]:
-        head, sep, content = chunk.partition("\n")
-        role = head.strip()
-        if not sep or role not in ("system", "user", "assistant", "tool"):
-            raise EngineError(f"openai_chat: cannot read a ChatML message from {chunk[:60]!r}")
-        content = content.rstrip("\n")
-        if content.endswith(IM_END):
-            content = content[: -len(IM_END)]
+def messages_of(prompt_text: str, framing: ChatFraming | Sequence[ChatFraming] = DEFAULT_FRAMING) -> list[dict]:
+    """The chat messages of a prompt rendered with a chat template (special tokens kept) that ends in its generation
+    prompt. ``framing``: the template's `ChatFraming`, or several (one per template option set: the first names the
+    per-role texts, any one's generation prompt may end the prompt). `EngineError` when the text does not parse."""
+    framings = [framing] if isinstance(framing, ChatFraming) else list(framing)
+    base = framings[0]
+    gens = sorted({f.generation_prompt for f in framings if f.generation_prompt}, key=len, reverse=True)
+    gen = next((g for g in gens if prompt_text.endswith(g)), None)
+    if gen is None:
+        raise EngineError(f"openai_chat: the prompt does not end in the generation prompt {base.generation_prompt!r} "
+                          f"of the chat template ({base.template}); render it with the chat template of "
+                          "engine.tokenizer")
+    body = prompt_text[: len(prompt_text) - len(gen)]
+    if base.conversation_prefix and body.startswith(base.conversation_prefix):
+        body = body[len(base.conversation_prefix):]
+    heads = {(base.role_prefix.get(r, ""), r) for r in ROLES} | {(g, "assistant") for g in gens}
+    heads = sorted((h for h in heads if h[0]), key=lambda h: len(h[0]), reverse=True)
+    messages, pos = [], 0
+    while pos < len(body):
+        head = next((h for h in heads if body.startswith(h[0], pos)), None)
+        if head is None:
+            raise EngineError(f"openai_chat: cannot read a message of the chat template ({base.template}) at "
+                              f"{body[pos:pos + 60]!r}")
+        start, role = pos + len(head[0]), head[1]
+        suffix = base.role_suffix.get(role, "")
+        if suffix:
+            end = body.find(suffix, start)
+            if end < 0:
+                raise EngineError(f"openai_chat: a {role} message is not closed by {suffix!r}: "
+                                  f"{body[start:start + 60]!r}")
+        else:
+            found = [i for i in (body.find(h[0], start) for h in heads) if i >= 0]
+            end = min(found) if found else len(body)
+        content = body[start:end]
+        if role == "assistant":  # a sampled end token other than the one the template closes turns with
+            content = _strip_end_of_turn(content, base.end_of_turn_texts)
         messages.append({"role": role, "content": content})
+        pos = end + len(suffix)
     if not messages:
-        raise EngineError("openai_chat: the prompt holds no ChatML messages")
+        raise EngineError("openai_chat: the prompt holds no messages")
     return messages
+
+
+def _strip_end_of_turn(text: str, ends: Sequence[str]) -> str:
+    stripped = True
+    while stripped:
+        stripped = False
+        for end in ends:
+            if end and text.endswith(end):
+                text, stripped = text[: len(text) - len(end)], True
+    return text
+
+
+def api_messages(messages: Sequence[dict]) -> list[dict]:
+    """The messages as a chat API takes them: tool observations become user messages (see the module docstring)."""
+    return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
+
+
+def template_framings(folder: Any) -> tuple[ChatFraming, ...]:
+    """The framings of ``folder``'s chat template under each of `TEMPLATE_OPTIONS` that renders (`DEFAULT_FRAMING`
+    when the folder has no chat template)."""
+    from bapsql.tokens import has_chat_template
+
+    if folder is None or not has_chat_template(folder):
+        return (DEFAULT_FRAMING,)
+    from bapsql.models.chat_template import ChatTemplate
+
+    template = ChatTemplate.from_dir(folder)
+    out: list[ChatFraming] = [template.framing()]
+    for options in TEMPLATE_OPTIONS[1:]:
+        try:
+            f = template.framing(**options)
+        except ChatTemplateError:
+            continue
+        if f not in out:
+            out.append(f)
+    return tuple(out)
 
 
 def tool_call_text(message: dict) -> str:
@@ -110,10 +170,13 @@ class OpenAIChatEngine(PooledRequests):
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._headers = json_headers(config.api_key_env)
         self._codec = ModelCodec.from_dir(config.tokenizer_dir)
-        end = self._codec.encode(IM_END)
+        self._framings = template_framings(config.tokenizer_dir)
+        eot = self._framings[0].end_of_turn_text
+        end = list(self._framings[0].end_of_turn_ids[:1]) or self._codec.encode(eot)
         if len(end) != 1:
-            raise ConfigError(f"engine.tokenizer: {config.tokenizer_dir} has no ChatML {IM_END} token; the "
-                              "openai_chat engine needs a ChatML (Qwen-style) tokenizer")
+            raise ConfigError(f"engine.tokenizer: {config.tokenizer_dir} has no chat template and no {eot} token; "
+                              "point the openai_chat engine at the folder of the tokenizer and chat template the "
+                              "prompts are rendered with")
         self._end_id = end[0]
         self._pool = ThreadPoolExecutor(max_workers=config.max_num_seqs, thread_name_prefix="openai-chat")
         self._running: dict[Future, str] = {}  # step() requests in flight -> their keys
@@ -147,7 +210,7 @@ class OpenAIChatEngine(PooledRequests):
     # -- one request --------------------------------------------------------------------------------------------------
     def complete(self, prompt: Sequence[int], sp: SamplingParams, model: str | None = None) -> Generation:
         """Answer one prompt (blocking, in the calling thread)."""
-        messages = messages_of(self._codec.decode_raw(prompt))
+        messages = api_messages(messages_of(self._codec.decode_raw(prompt), self._framings))
         body: dict[str, Any] = {"model": model or self.config.model, "messages": messages,
                                 "max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
         if sp.seed is not None:

@@ -1,4 +1,4 @@
-"""The packaged tokenizer and its deterministic builder (bapsql/rollout/tokenizer_build.py)."""
+"""The packaged tokenizer and its deterministic builder (bapsql/models/tokenizer_build.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from bapsql.rollout import tokenizer_build as tb
-from bapsql.rollout import tokenizer_corpus as corpus
+from bapsql.models import tokenizer_build as tb
+from bapsql.models import tokenizer_corpus as corpus
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR, load_token_counter
 
 FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json")
@@ -38,7 +38,7 @@ def test_cli_rebuild_is_byte_identical(tmp_path):
     outs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        proc = subprocess.run([sys.executable, "-m", "bapsql.rollout.tokenizer_build", "--out", str(out),
+        proc = subprocess.run([sys.executable, "-m", "bapsql.models.tokenizer_build", "--out", str(out),
                                "--vocab-size", "400", "--scale", "0.02"], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         assert "vocab 400" in proc.stdout
@@ -48,7 +48,7 @@ def test_cli_rebuild_is_byte_identical(tmp_path):
 
 
 def test_cli_rejects_bad_input_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bapsql.rollout.tokenizer_build", "--out", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "bapsql.models.tokenizer_build", "--out", str(tmp_path),
                            "--vocab-size", "10"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "--vocab-size" in proc.stderr

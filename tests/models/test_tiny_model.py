@@ -14,7 +14,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from bapsql.cli import cli  # noqa: E402
 from bapsql.errors import ConfigError  # noqa: E402
-from bapsql.rollout.tiny_model import TOKENIZER_FILES, TinySpec, make_tiny_model  # noqa: E402
+from bapsql.models.tiny import TOKENIZER_FILES, TinySpec, make_tiny_model  # noqa: E402
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR  # noqa: E402
 
 

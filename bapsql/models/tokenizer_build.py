@@ -2,7 +2,7 @@
 
 Contract: `build_tokenizer(out_dir, vocab_size=8192, corpus_scale=1.0, seed=0)` trains, locally and without any
 download, a byte-level BPE with Qwen2's normalizer, pre-tokenizer regex (digits split one by one) and decoder on a
-corpus that `bapsql.rollout.tokenizer_corpus.corpus_lines` generates (SQL over made-up schemas, English questions
+corpus that `bapsql.models.tokenizer_corpus.corpus_lines` generates (SQL over made-up schemas, English questions
 with numbers, dates and names, JSON tool calls and observations, ledger and estimate texts), then writes a folder
 that `transformers` and vLLM load as a Qwen2-style tokenizer:
 
@@ -13,7 +13,7 @@ that `transformers` and vLLM load as a Qwen2-style tokenizer:
 - ``special_tokens_map.json``.
 
 The build is deterministic: the same arguments give byte-identical files. Rebuild with
-``python -m bapsql.rollout.tokenizer_build --out DIR``.
+``python -m bapsql.models.tokenizer_build --out DIR``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bapsql.errors import ConfigError
-from bapsql.rollout.tokenizer_corpus import DEFAULT_SYSTEM, corpus_lines
+from bapsql.models.tokenizer_corpus import DEFAULT_SYSTEM, corpus_lines
 
 # (content, special): special tokens are dropped by ``skip_special_tokens`` decoding; the tool tags are not (Qwen2.5).
 SPECIAL_TOKENS: tuple[tuple[str, bool], ...] = (
@@ -194,7 +194,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bapsql.rollout.tokenizer_build --out DIR [--vocab-size N] [--scale F] [--seed S]``."""
+    """``python -m bapsql.models.tokenizer_build --out DIR [--vocab-size N] [--scale F] [--seed S]``."""
     import click
 
     @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"wrote {', '.join(result.files)} to {result.out_dir} "
                    f"(vocab {result.vocab_size}, corpus {result.corpus_lines} lines)")
 
-    command.main(args=argv, prog_name="python -m bapsql.rollout.tokenizer_build")
+    command.main(args=argv, prog_name="python -m bapsql.models.tokenizer_build")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Contract of `make_tiny_model(out_dir, *, seed=0, spec=TinySpec(), pretrain_steps
   weights in place) and float32 weights;
 - initialises it deterministically from ``seed`` (same arguments → identical ``model.safetensors``);
 - optionally runs ``pretrain_steps`` steps of next-token training (AdamW) on the tokenizer's own corpus
-  (`bapsql.rollout.tokenizer_corpus.corpus_lines`: SQL, questions, tool calls wrapped as Qwen chat turns ending in
+  (`bapsql.models.tokenizer_corpus.corpus_lines`: SQL, questions, tool calls wrapped as Qwen chat turns ending in
   ``<|im_end|>``), so greedy outputs look like the domain rather than noise; 100 steps (8 windows of 64 tokens
   each) take ~16 s of CPU time on one thread;
 - writes a folder that both transformers and vLLM load: ``config.json``, ``generation_config.json`` (eos =
@@ -81,7 +81,7 @@ def _special_ids(tokenizer_dir: Path) -> dict[str, int]:
 def _pretrain_texts(n: int, seed: int) -> list[str]:
     """``n`` training documents: corpus lines, tool-call JSON wrapped as an assistant turn (so the model learns to
     close turns with ``<|im_end|>``), each document ended by ``<|endoftext|>``."""
-    from bapsql.rollout.tokenizer_corpus import corpus_lines
+    from bapsql.models.tokenizer_corpus import corpus_lines
 
     docs = []
     for line in corpus_lines(scale=max(n, 1) / 60_000, seed=seed):

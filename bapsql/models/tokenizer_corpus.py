@@ -1,4 +1,4 @@
-"""The deterministic training corpus of the packaged tokenizer (see `bapsql.rollout.tokenizer_build`).
+"""The deterministic training corpus of the packaged tokenizer (see `bapsql.models.tokenizer_build`).
 
 Contract: `corpus_lines(scale, seed)` yields the same lines for the same arguments, on every machine: SQL over made-up
 schemas (upper and lower case, one-line and multi-line layouts, common SQLite functions), English questions with
