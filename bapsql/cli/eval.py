@@ -53,8 +53,13 @@ def _check_benchmark(benchmark: str) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run folder for the logs.")
 @click.option("--run-name", default=None, help="Run name in the logs (default: the --out folder's name).")
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Evaluate only the first N tasks.")
+@click.option("--log-text", default="all", show_default=True, type=click.Choice(["all", "sample", "none"]),
+              help="Which episodes' turns keep their completion and observation text in the logs.")
+@click.option("--log-text-share", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="With --log-text sample: the share of episodes that keep it (chosen by episode id).")
 def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None, calibration: str | None,
-             posthoc_engine: str | None, budgets: str, seeds: str, out_dir: str, run_name: str | None, limit: int | None) -> None:
+             posthoc_engine: str | None, budgets: str, seeds: str, out_dir: str, run_name: str | None,
+             limit: int | None, log_text: str, log_text_share: float) -> None:
     """Run one policy under one condition over a benchmark split × budgets × seeds in-process; log Parquet.
 
     Writes OUT/episodes/method=POLICY@CONDITION/budget=B/*.parquet, OUT/turns/... and OUT/sweep.json (methods and
@@ -64,6 +69,7 @@ def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None
     from rich.console import Console
 
     from bapsql.errors import BapsqlError
+    from bapsql.logs.text import TextLogConfig
     from bapsql.rollout.runner import evaluate
 
     _check_benchmark(benchmark)
@@ -71,7 +77,8 @@ def eval_cmd(benchmark: str, split: str, policy_name: str, condition: str | None
     try:
         summary = evaluate(benchmark, split, policy_name, levels, seed_list, out_dir, run_name=run_name,
                            limit=limit, condition=condition, calibration=calibration,
-                           posthoc_engine=posthoc_engine, console=Console(stderr=True))
+                           posthoc_engine=posthoc_engine, console=Console(stderr=True),
+                           log_text=TextLogConfig(mode=log_text, share=log_text_share))
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{summary.method}: {summary.episodes_run} episodes logged to {out_dir} "

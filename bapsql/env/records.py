@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from bapsql.env.conditions import Condition
 from bapsql.env.conditions import condition as condition_named
 from bapsql.errors import ConfigError
+from bapsql.logs.text import cap_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.ledger import LedgerSnapshot
@@ -98,7 +99,9 @@ class TurnRecord:
     ``actual_vm_steps`` = measured steps. ``prompt_tokens`` are the environment-authored tokens charged during the
     turn (its observation), so turns plus the initial prompt sum to the episode's prompt tokens; ``ctx_before`` is
     the live prompt the policy saw, ``ctx_after`` the context level after the turn (the next prompt, or the transcript
-    with the final completion when the episode ended).
+    with the final completion when the episode ended). ``completion`` is the completion text as `step` received it
+    and ``observation`` the observation it returned, each capped at `bapsql.logs.text.TEXT_CAP_CHARS` characters
+    (None for a record made without them); the trajectory writer keeps or drops them per the run's ``log_text``.
     """
 
     turn: int
@@ -128,6 +131,8 @@ class TurnRecord:
     completion_tokens: int
     message: str = ""
     db_wait_s: float = 0.0  # seconds this turn waited for another program's lock on the database
+    completion: str | None = None  # the policy's completion for the turn (capped)
+    observation: str | None = None  # the observation the env returned for the turn (capped)
 
     def to_row(self) -> dict:
         """The turns-table columns this record fills (without ``message``): a shallow read, per turn logged."""
@@ -167,7 +172,7 @@ class EpisodeSummary:
     breach: bool
     failure: str
     wall_s: float
-    official_ex: bool | None = None  # BIRD's unbudgeted EX of the final SQL (None when no query ran)
+    official_ex: bool | None = None  # BIRD's unbudgeted EX of the final SQL (False when none ran; None: no gold)
     citations: tuple[str, ...] = field(default_factory=tuple)
     breaches: tuple[str, ...] = field(default_factory=tuple)
 
@@ -224,8 +229,9 @@ class TurnDraft:
         }
 
     def record(self, before: "LedgerSnapshot", after: "LedgerSnapshot", *, ctx_before: int, ctx_after: int,
-               prompt_tokens: int, completion_tokens: int) -> TurnRecord:
-        """The turn's log record (see `TurnRecord` for what each field means)."""
+               prompt_tokens: int, completion_tokens: int, completion: str | None = None,
+               observation: str | None = None) -> TurnRecord:
+        """The turn's log record (see `TurnRecord` for what each field means; the texts are capped here)."""
         est = self.estimate if self.estimate is not None else self.internal_estimate
 
         def q(name: str, p: str) -> float | None:
@@ -247,4 +253,5 @@ class TurnDraft:
             vm_steps_before=before.spent.vm_steps, vm_steps_after=after.spent.vm_steps,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, message=self.message,
             db_wait_s=round(self.db_wait_s + (getattr(res, "wait_s", 0.0) if res is not None else 0.0), 6),
+            completion=cap_text(completion), observation=cap_text(observation),
         )

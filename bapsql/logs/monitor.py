@@ -1,6 +1,8 @@
 """Run monitors: where training and sweep metrics go while a run is live (the Parquet logs are the record).
 
-Contract: a `Monitor` has ``log(metrics, step)``, ``log_table(name, rows)``, ``summary(values)`` and ``close()``.
+Contract: a `Monitor` has ``log(metrics, step)``, ``log_table(name, rows, step=None)``, ``summary(values)`` and
+``close()``. A table logged with a ``step`` goes to that step (give it when metrics are logged at explicit steps:
+W&B drops anything logged at a step below its current one); without one, to the monitor's current step.
 `NullMonitor` drops everything; `MemoryMonitor` keeps everything in lists (for tests and notebooks);
 `WandbMonitor` sends to Weights & Biases, importing ``wandb`` only when constructed, writing its files under the
 run directory (``WANDB_DIR``), and running offline when no API key is configured (so runs never block on a login;
@@ -26,7 +28,7 @@ class Monitor(Protocol):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None: ...
 
-    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None: ...
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int | None = None) -> None: ...
 
     def summary(self, values: Mapping[str, Any]) -> None: ...
 
@@ -39,7 +41,7 @@ class NullMonitor:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         pass
 
-    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int | None = None) -> None:
         pass
 
     def summary(self, values: Mapping[str, Any]) -> None:
@@ -50,19 +52,22 @@ class NullMonitor:
 
 
 class MemoryMonitor:
-    """A monitor that keeps everything: ``history`` [(step, metrics)], ``tables`` {name: rows}, ``final`` summary."""
+    """A monitor that keeps everything: ``history`` [(step, metrics)], ``tables`` {name: rows} (the last logged),
+    ``table_log`` [(name, step, rows)] (every table logged), ``final`` summary."""
 
     def __init__(self) -> None:
         self.history: list[tuple[int, dict[str, float]]] = []
         self.tables: dict[str, list[dict[str, Any]]] = {}
+        self.table_log: list[tuple[str, int | None, list[dict[str, Any]]]] = []
         self.final: dict[str, Any] = {}
         self.closed = False
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.history.append((int(step), dict(metrics)))
 
-    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int | None = None) -> None:
         self.tables[name] = [dict(r) for r in rows]
+        self.table_log.append((name, step, self.tables[name]))
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self.final.update(values)
@@ -107,12 +112,12 @@ class WandbMonitor:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=int(step))
 
-    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], step: int | None = None) -> None:
         columns: list[str] = []
         for r in rows:
             columns.extend(k for k in r if k not in columns)
         table = self._wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])
-        self.run.log({name: table})
+        self.run.log({name: table}, **({} if step is None else {"step": int(step)}))
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self.run.summary.update(dict(values))

@@ -4,8 +4,9 @@ Contract: `read_table(run_dirs, "episodes" | "turns")` returns a table with exac
 (`EPISODES_SCHEMA` / `TURNS_SCHEMA`, columns in schema order), whatever schema version wrote each file: a missing
 nullable column is filled with nulls, columns the current schema no longer has are dropped, and the partition
 columns (method, budget) come from the ``key=value`` folders. A run directory that does not exist or holds no files
-of the table, or a file lacking a non-nullable column, raises `RunLogError`. Hidden or temporary files
-(``.part-*.tmp``) are never read. The same folders open directly in DuckDB
+of the table, or a file lacking a non-nullable column, raises `RunLogError`. ``episode_ids`` keeps only the rows of
+those episodes (a file none of them is in is skipped after reading its ``episode_id`` column alone). Hidden or
+temporary files (``.part-*.tmp``) are never read. The same folders open directly in DuckDB
 (``read_parquet('RUN/episodes/**/*.parquet', hive_partitioning=1)``) and polars (``scan_parquet(...,
 hive_partitioning=True)``).
 """
@@ -13,9 +14,10 @@ hive_partitioning=True)``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bapsql.errors import RunLogError
@@ -47,10 +49,19 @@ def _partition_values(path: Path, root: Path) -> dict[str, str]:
     return values
 
 
-def _conform(path: Path, root: Path, schema: pa.Schema, names: Sequence[str]) -> pa.Table:
-    """Read ``path`` and return the columns ``names`` cast to ``schema`` (filling nulls / partition values)."""
+def _conform(path: Path, root: Path, schema: pa.Schema, names: Sequence[str],
+             episode_ids: pa.Array | None = None) -> pa.Table | None:
+    """Read ``path`` and return the columns ``names`` cast to ``schema`` (filling nulls / partition values); with
+    ``episode_ids``, only their rows (None when the file has none of them)."""
     present = set(pq.read_schema(path).names)
+    keep = None
+    if episode_ids is not None:
+        keep = pc.is_in(pq.read_table(path, columns=["episode_id"]).column("episode_id"), value_set=episode_ids)
+        if not pc.any(keep).as_py():
+            return None
     raw = pq.read_table(path, columns=[n for n in names if n in present])
+    if keep is not None:
+        raw = raw.filter(keep)
     partition = _partition_values(path, root)
     arrays = []
     for name in names:
@@ -70,9 +81,10 @@ def _conform(path: Path, root: Path, schema: pa.Schema, names: Sequence[str]) ->
 
 
 def read_table(run_dirs: str | Path | Iterable[str | Path], table: str = "episodes", *,
-               columns: Sequence[str] | None = None) -> pa.Table:
+               columns: Sequence[str] | None = None, episode_ids: Collection[str] | None = None) -> pa.Table:
     """All rows of ``table`` ("episodes" or "turns") of every run in ``run_dirs``, conformed to the current schema
-    (module docstring). ``columns`` selects a subset (in the order given)."""
+    (module docstring). ``columns`` selects a subset (in the order given); ``episode_ids`` the rows of those
+    episodes."""
     if table not in TABLES:
         raise RunLogError(f"unknown log table {table!r}; expected one of {sorted(TABLES)}")
     schema = TABLES[table]
@@ -80,6 +92,7 @@ def read_table(run_dirs: str | Path | Iterable[str | Path], table: str = "episod
     unknown = [n for n in names if n not in schema.names]
     if unknown:
         raise RunLogError(f"unknown {table} column(s) {unknown}; the schema has {schema.names}")
+    ids = None if episode_ids is None else pa.array(sorted(episode_ids), type=pa.string())
     pieces = []
     for run_dir in _as_dirs(run_dirs):
         if not run_dir.is_dir():
@@ -87,7 +100,7 @@ def read_table(run_dirs: str | Path | Iterable[str | Path], table: str = "episod
         files = part_files(run_dir, table)
         if not files:
             raise RunLogError(f"{run_dir}: no {table}/**/*.parquet files; is this a bapsql run directory?")
-        pieces.extend(_conform(f, run_dir / table, schema, names) for f in files)
+        pieces.extend(p for f in files if (p := _conform(f, run_dir / table, schema, names, ids)) is not None)
     if not pieces:
         return pa.Table.from_pylist([], schema=pa.schema([schema.field(n) for n in names]))
     return pa.concat_tables(pieces)

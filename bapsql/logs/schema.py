@@ -3,7 +3,8 @@
 Two tables per run, each a Parquet dataset partitioned by ``method`` and ``budget``:
 
 - ``episodes``: one row per episode (the unit of every statistic in `bapsql.analysis`).
-- ``turns``: one row per turn (action, SQL, estimates vs actuals, ledger before/after, token counts).
+- ``turns``: one row per turn (action, SQL, estimates vs actuals, ledger before/after, token counts, and since v4
+  the completion and observation text, kept as the run's ``log_text`` setting says: `bapsql.logs.text`).
 
 Bump `SCHEMA_VERSION` on any change and keep readers tolerant of older versions (new columns nullable).
 Categorical fields use the vocabularies below so that analysis code can rely on them.
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: the condition column (methods are POLICY@CONDITION); 3: turn latency split (served)
+# 2: the condition column (methods are POLICY@CONDITION); 3: turn latency split (served); 4: turn text (completion,
+# observation; bapsql.logs.text)
+SCHEMA_VERSION = 4
 
 # Why an unsuccessful episode failed (empty string for successes). Used by the failure taxonomy of the analysis.
 FAILURE_KINDS: tuple[str, ...] = (
@@ -124,6 +127,10 @@ TURNS_SCHEMA = pa.schema(
         pa.field("model_s", pa.float64()),
         pa.field("db_s", pa.float64()),
         pa.field("harness_s", pa.float64()),
+        # v4: the policy's completion as the env received it and the observation the env returned, each capped at
+        # bapsql.logs.text.TEXT_CAP_CHARS characters; null when the run's log_text setting did not keep them
+        pa.field("completion", pa.string()),
+        pa.field("observation", pa.string()),
     ]
 )
 

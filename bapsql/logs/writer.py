@@ -18,6 +18,9 @@ Contract:
 - Files appear atomically: each is written under a hidden temporary name (``.part-N.parquet.tmp``, created with
   ``O_EXCL`` so concurrent writers never pick the same number) in its final folder, fsynced, then ``os.replace``d;
   readers (DuckDB, polars, pyarrow) never see a partial ``part-*.parquet``.
+- Turn text (``completion`` / ``observation``, schema v4): the writer's `TextLogConfig` (``text``; default: keep
+  all) decides per episode id whether a turn keeps its text (`bapsql.logs.text.keeps_text`; deterministic, so a
+  resumed run keeps the same episodes' text) and caps what it keeps at ``text.max_chars``; dropped text is null.
 - A flush writes the turns before the episodes, so an episode row visible on disk implies its turns are too; a
   resumed sweep skips the ids from `existing_episode_ids` (ids are deterministic: `episode_id`).
 """
@@ -36,6 +39,7 @@ import pyarrow.parquet as pq
 
 from bapsql.errors import ConfigError, LogRowError
 from bapsql.logs.schema import PARTITION_COLUMNS, SCHEMA_VERSION
+from bapsql.logs.text import TextLogConfig, apply_text_policy, keeps_text
 from bapsql.logs.validate import TABLES, RowPacker, validate_row
 
 __all__ = ["TABLES", "TrajectoryWriter", "episode_id", "existing_episode_ids", "file_schema", "validate_row",
@@ -104,15 +108,18 @@ def write_part(folder: Path, table: pa.Table) -> Path:
 class TrajectoryWriter:
     """Buffers episode and turn rows of one run and writes them as partitioned Parquet files (module docstring).
 
-    ``flush_every``: flush once this many rows (episodes + turns) are buffered. Use as a context manager, or call
-    `close` (which flushes). Rows are validated when added, so a bad row fails at its source. Each partition's rows
-    become Arrow columns every ``ARROW_CHUNK`` rows, while they are fresh in memory; a flush only joins the chunks
-    and writes them (converting rows gathered over a long run at close costs ~3× more: cache misses).
+    ``flush_every``: flush once this many rows (episodes + turns) are buffered. ``text``: which episodes' turns
+    keep their completion / observation text (`TextLogConfig`; default: every episode's). Use as a context manager,
+    or call `close` (which flushes). Rows are validated when added, so a bad row fails at its source. Each
+    partition's rows become Arrow columns every ``ARROW_CHUNK`` rows, while they are fresh in memory; a flush only
+    joins the chunks and writes them (converting rows gathered over a long run at close costs ~3× more: cache
+    misses).
     """
 
     ARROW_CHUNK = 1024
 
-    def __init__(self, run_dir: str | Path, run_name: str, *, flush_every: int = 2048):
+    def __init__(self, run_dir: str | Path, run_name: str, *, flush_every: int = 2048,
+                 text: TextLogConfig = TextLogConfig()):
         if flush_every < 1:
             raise ConfigError(f"flush_every must be at least 1, got {flush_every}")
         if not run_name:
@@ -120,6 +127,7 @@ class TrajectoryWriter:
         self.run_dir = Path(run_dir)
         self.run_name = run_name
         self.flush_every = flush_every
+        self.text = text
         self._packers = {table: RowPacker(table, run_name) for table in TABLES}
         self._buffers: dict[tuple[str, str, str], list[tuple]] = {}  # validated rows not yet in Arrow form
         self._chunks: dict[tuple[str, str, str], list[pa.RecordBatch]] = {}  # rows in Arrow form, not yet written
@@ -151,16 +159,22 @@ class TrajectoryWriter:
                   for i, name in enumerate(names) if name not in PARTITION_COLUMNS]
         self._chunks.setdefault(key, []).append(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
+    def _keeps(self, eid: Any) -> bool:
+        return keeps_text(eid, self.text) if isinstance(eid, str) else self.text.mode == "all"
+
+    def _text(self, row: Mapping[str, Any], keep: bool) -> Mapping[str, Any]:
+        return apply_text_policy(row, keep, self.text.max_chars)
+
     def add_turn(self, row: Mapping[str, Any]) -> None:
         """Buffer one turns row."""
         self._check_open()
-        self._buffer([self._packers["turns"].pack(row)])
+        self._buffer([self._packers["turns"].pack(self._text(row, self._keeps(row.get("episode_id"))))])
 
     def add_episode(self, row: Mapping[str, Any], turns: Iterable[Mapping[str, Any]] = ()) -> None:
         """Buffer one episodes row after its ``turns`` rows; if any of them is invalid none is buffered."""
         self._check_open()
-        pack = self._packers["turns"].pack
-        packed = [pack(t) for t in turns]
+        pack, text, keep = self._packers["turns"].pack, self._text, self._keeps(row.get("episode_id"))
+        packed = [pack(text(t, keep)) for t in turns]
         packed.append(self._packers["episodes"].pack(row))
         self._buffer(packed)
 

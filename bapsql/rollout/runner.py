@@ -11,7 +11,8 @@ Contract of `evaluate(benchmark_dir, split, policy_name, budgets, seeds, out_dir
 - writes every episode and its turns through `bapsql.logs.writer.TrajectoryWriter` into
   ``out_dir/episodes/method=M/budget=B/part-*.parquet`` and ``out_dir/turns/...``; episode ids are deterministic
   (`episode_id(run, method, budget, seed, task_id)`), so a rerun into the same ``out_dir`` skips episodes already
-  written;
+  written; ``log_text`` (a `bapsql.logs.text.TextLogConfig`; default: all) is which episodes' turns keep their
+  completion / observation text;
 - returns a `RunSummary` (per-budget success, tokens, queries, invalid actions, breaches; wall time and the time
   spent logging). With a ``console`` it shows a rich progress bar and prints the per-budget table at the end.
 
@@ -197,7 +198,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
              seeds: Iterable[int], out_dir: str | Path, *, run_name: str | None = None, limit: int | None = None,
              condition: str | None = None, console: Any = None, env_options: Any = None,
              token_counter: Any = None, calibration: str | Path | None = None,
-             posthoc_engine: str | Path | None = None) -> RunSummary:
+             posthoc_engine: str | Path | None = None, log_text: Any = None) -> RunSummary:
     """Run ``policy_name`` (``P`` or ``P@C``) under its condition on ``split`` × ``budgets`` × ``seeds`` and log it
     (see the module docstring). ``condition`` overrides the one in the name; ``calibration`` is a calibration JSON
     (None: the packaged default), recorded with its hash in ``out_dir/sweep.json``; ``posthoc_engine`` an engine
@@ -243,7 +244,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
                             TimeRemainingColumn(), console=console, transient=True)
         bar = progress.add_task(method, total=total)
         progress.start()
-    writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY)
+    writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY, **({} if log_text is None else {"text": log_text}))
     played: list[tuple] = []  # (episode id, level, seed, task, summary, turn records) not yet handed to the writer
 
     def log_played() -> None:  # in batches: the logging work runs hot, not interleaved with every episode
@@ -256,7 +257,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
 
     controller = engine = None
     if posthoc_engine is not None:
-        from bapsql.policies.chat import ChatTemplate
+        from bapsql.models.chat_template import ChatTemplate
         from bapsql.rollout.engines.base import load_engine_config
         from bapsql.rollout.engines.factory import make_engine
         from bapsql.rollout.posthoc_engine import EngineController
@@ -301,6 +302,9 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
             progress.stop()
         if engine is not None:
             engine.close()
+    if env.placebo is not None:  # how far the shown payloads were from an exact permutation (bapsql.env.placebo)
+        update_sweep_record(out, {**calibration_record(calibration), "placebo": {method: {
+            "source": "recording pass (true estimates, unlogged)", "seed": env.placebo.seed, **env.placebo.stats()}}})
     result = RunSummary(
         run=run, run_dir=out, method=method, split=split, budgets=tuple(b.level for b in levels), seeds=seeds,
         tasks=len(tasks), episodes_run=sum(len(v) for v in rows.values()), episodes_skipped=skipped,

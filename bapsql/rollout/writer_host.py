@@ -6,7 +6,8 @@ drive it without Ray.
 
 - `WriterHost` owns a `bapsql.logs.writer.TrajectoryWriter`: dedups by episode id (ids on disk when it starts, and
   every id it accepted since), flushes every ``flush_episodes`` episodes or ``flush_s`` seconds, and acknowledges
-  which episode ids are durable on disk, so the driver can resend only what a crashed writer lost.
+  which episode ids are durable on disk, so the driver can resend only what a crashed writer lost. ``text`` (a
+  `bapsql.logs.text.TextLogConfig`) is which episodes' turns keep their completion / observation text.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ class WriterHost:
     """A deduplicating, periodically flushing `TrajectoryWriter` (see the module docstring)."""
 
     def __init__(self, run_dir: str | Path, run_name: str, *, flush_episodes: int = 256, flush_s: float = 15.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, text: Any = None):
+        from bapsql.logs.text import TextLogConfig
         from bapsql.logs.writer import TrajectoryWriter, existing_episode_ids
 
         if flush_episodes < 1:
             raise ConfigError(f"flush_episodes must be at least 1, got {flush_episodes}")
         self.run_dir = Path(run_dir)
-        self._writer = TrajectoryWriter(self.run_dir, run_name, flush_every=10**9)  # this class decides flushes
+        self._writer = TrajectoryWriter(self.run_dir, run_name, flush_every=10**9,  # this class decides flushes
+                                        text=text if text is not None else TextLogConfig())
         self._seen: set[str] = existing_episode_ids(self.run_dir)
         self._durable: set[str] = set(self._seen)
         self._buffered: list[str] = []

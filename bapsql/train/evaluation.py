@@ -5,7 +5,10 @@ the run's learning curves beside it.
   with the recipe's eval settings (the one builder of evaluation sweeps: the recipe and Table 2 use it);
 - `run_eval_stage`: the SFT and GRPO policies swept over ``eval.budgets`` × ``eval.seeds`` on ``data.eval_split``
   (or another split, reported in ``report_<split>/``; `bapsql.rollout.sweep.run_sweep`), then
-  `bapsql.analysis.analyze_runs` writes the report;
+  `bapsql.analysis.analyze_runs` writes the report. The sweep reports to a monitor of ``monitor.kind`` (W&B run
+  ``<name>-seed<k>-eval[_<split>]``, its files in the sweep folder): live success per method × level and, at the end,
+  the table ``eval/trajectories`` of a few trajectories per method × level with their completion and observation
+  text (`bapsql.logs.samples`); the logs keep turn text as ``eval.log_text`` says;
 - `pooled_report`: one report over several training seeds' evaluation sweeps (``<out_dir>/<name>-pooled/report``);
 - `write_learning_curves`: the GRPO, pretraining and SFT curves as PNG into a report folder.
 """
@@ -37,7 +40,7 @@ def eval_experiment(cfg: TrainConfig, models: dict[str, Path], methods: tuple[st
                                 template_kwargs=dict(cfg.model.chat_template_kwargs)),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight),
-        prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration))
+        prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration, log_text=e.log_text))
 
 
 def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, console: Any = None,
@@ -46,6 +49,7 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     the sweep; returns (summary, report dir). The eval split's report is ``run_dir/report``; another split's is
     ``run_dir/report_<split>`` (its sweep in ``eval_<split>``)."""
     from bapsql.analysis.analyze import analyze_runs
+    from bapsql.logs.monitor import make_monitor
     from bapsql.rollout.sweep import run_sweep
 
     split = split or cfg.data.eval_split
@@ -56,8 +60,13 @@ def run_eval_stage(cfg: TrainConfig, seed: int, models: dict[str, Path], *, cons
     methods = tuple(f"model:{n}@{c}" for n in models for c in (e.conditions or (cfg.condition,)))
     exp = eval_experiment(cfg, models, methods, run=f"{cfg.name}-seed{seed}-eval{suffix}", split=split,
                           out_dir=run_dir / f"eval{suffix}")
-    summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
-                        backend="ray" if r.use_ray else "local")
+    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=exp.run, config=exp.to_dict(),
+                           dir=run_dir / f"eval{suffix}")
+    try:
+        summary = run_sweep(exp, address=r.ray_address, out_dir=run_dir / f"eval{suffix}", console=console,
+                            backend="ray" if r.use_ray else "local", monitor=monitor)
+    finally:
+        monitor.close()
     report = run_dir / f"report{suffix}"
     analyze_runs([run_dir / f"eval{suffix}"], report, reference=_reference(cfg, tuple(models)),
                  replicates=e.replicates, seed=seed)

@@ -61,7 +61,7 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
     also play by the evaluation's decoding (``TrainingRollouts.validate``, method ``<rollout.method>.val``), for
     `bapsql.train.validation.Validator`."""
     from bapsql.logs.monitor import make_monitor
-    from bapsql.policies.chat import ChatTemplate
+    from bapsql.models.chat_template import ChatTemplate
     from bapsql.train.overlap import make_trainer
     from bapsql.train.weight_sync import make_probe
 
@@ -129,4 +129,5 @@ def build_rollouts(cfg: TrainConfig, *, base: Path, tasks: Sequence[Any], run_di
         writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
         engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration,
-        eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None)
+        eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None,
+        log_text=r.log_text)

@@ -3,7 +3,8 @@
 `TrainingRollouts` owns one `bapsql.rollout.driver.Driver` over a backend (`LocalBackend` in this process, or the
 Ray backend of `bapsql.rollout.ray_shell` on a cluster) with ``env_workers`` `EnvWorker` s, one or more `EngineHost`
 replicas of the policy model, and optionally a `WriterHost` that logs every training trajectory as Parquet (under
-``<run>/rollouts``; ids are deterministic, so a resumed run never writes an episode twice).
+``<run>/rollouts``; ids are deterministic, so a resumed run never writes an episode twice; ``log_text`` says which
+episodes' turns keep their completion / observation text, `bapsql.logs.text`).
 
 - `play(prompts, policy_version)` expands (task, level, seed) prompts into groups of ``group_size`` episodes of the
   model policy, plays them with the current adapter, and returns the groups in prompt order (samples in order).
@@ -60,7 +61,8 @@ class TrainingRollouts:
                  tasks: Sequence[Task], group_size: int, env_workers: int = 1, engine_replicas: int = 1,
                  env_options: Any = None, writer_dir: str | None = None, driver_config: DriverConfig = DriverConfig(),
                  engine_threads: int | None = 1, engine_gpus: float = 0.0, worker_cpus: float = 1.0,
-                 calibration: str | None = None, eval_agent: AgentConfig | None = None, eval_method: str | None = None):
+                 calibration: str | None = None, eval_agent: AgentConfig | None = None, eval_method: str | None = None,
+                 log_text: Any = None):
         self.backend = backend
         self.method = method
         self.tasks = {t.task_id: t for t in tasks}
@@ -80,7 +82,8 @@ class TrainingRollouts:
         specs += [ActorSpec(k, EngineHost, args=(engine,), kwargs={"threads": engine_threads}, num_gpus=engine_gpus)
                   for k in self.engine_keys]
         if writer_dir is not None:
-            specs.append(ActorSpec(("writer", 0), WriterHost, args=(writer_dir, run_name), num_cpus=0.5))
+            specs.append(ActorSpec(("writer", 0), WriterHost, args=(writer_dir, run_name), kwargs={"text": log_text},
+                                   num_cpus=0.5))
         backend.start(specs)
         self.driver = Driver(backend, env_workers, engines={m: self.engine_keys for m in agents},
                              writer=writer_dir is not None, config=driver_config)

@@ -14,8 +14,10 @@ the evaluation split; update 0 (before any update: the SFT policy itself) is val
   (`bapsql.train.rollouts.TrainingRollouts.validate`; the prompt seed is the update, so episode ids never repeat),
   saves the learner's adapter of that update under ``<grpo>/validated/update-NNNNN`` (while the stage runs every
   validated update keeps its adapter, so a resumed run can still choose any of them), and appends one JSON line per
-  validation to ``<grpo>/validation.jsonl``. `Validator.resume(u)` drops the records past update ``u`` (they run
-  again), ``resume(None)`` all of them. `Validator.prune` (``grpo.keep_validated: best``, once the stage has ended
+  validation to ``<grpo>/validation.jsonl``. With a ``monitor`` it also logs, at the update's step, the table
+  ``val/trajectories``: a few of the round's episodes per level (2 successes, 2 failures where there are), one row
+  per turn with the completion and observation text (`bapsql.logs.samples.trajectory_table`).
+  `Validator.resume(u)` drops the records past update ``u`` (they run again), ``resume(None)`` all of them. `Validator.prune` (``grpo.keep_validated: best``, once the stage has ended
   at its final checkpoint) deletes every validated adapter but the best record's; the records stay. A later resume
   (from that final checkpoint, to run more updates) can then still only choose the best one or a new update.
 """
@@ -90,7 +92,8 @@ def validation_tasks(cfg: Any, seed: int, root: Path, *, exclude: Sequence[Any])
 class Validator:
     """Validates the policy the rollouts' engines hold (see the module docstring)."""
 
-    def __init__(self, rollouts: Any, learner: Any, tasks: Sequence[Any], levels: Sequence[str], out_dir: Path):
+    def __init__(self, rollouts: Any, learner: Any, tasks: Sequence[Any], levels: Sequence[str], out_dir: Path,
+                 monitor: Any = None):
         if not tasks or not levels:
             raise ConfigError("validation needs at least one task and one budget level")
         self.rollouts = rollouts
@@ -100,6 +103,7 @@ class Validator:
         self.out_dir = Path(out_dir)
         self.path = self.out_dir / VALIDATION_FILE
         self.records: list[ValidationRecord] = []
+        self.monitor = monitor
 
     def adapter_dir(self, update: int) -> Path:
         return self.out_dir / "validated" / f"update-{update:05d}"
@@ -123,6 +127,11 @@ class Validator:
         for p, ep in zip(prompts, episodes):
             by_level[p.level].append(bool(ep.episode["success"]))
         flat = [s for v in by_level.values() for s in v]
+        if self.monitor is not None:
+            from bapsql.logs.samples import VALIDATION_TABLE_NAME, trajectory_table
+
+            self.monitor.log_table(VALIDATION_TABLE_NAME, trajectory_table((ep.episode, ep.turns) for ep in episodes),
+                                   step=update)
         self.learner.save_adapter(self.adapter_dir(update))
         rec = ValidationRecord(update=update, success={lv: float(np.mean(v)) for lv, v in by_level.items()},
                                mean=float(np.mean(flat)), episodes=len(flat), seconds=time.perf_counter() - t0)

@@ -54,6 +54,9 @@ def turn_rows(episode: dict, n: int | None = None, *, nulls: bool = False) -> li
             "queries_after": t + 1, "result_tokens_before": 4 * t, "result_tokens_after": 4 * t + 4,
             "vm_steps_before": 120 * t, "vm_steps_after": 120 * t + 120, "prompt_tokens": 900 + t,
             "completion_tokens": 40,
+            "completion": ('<tool_call>\n{"name": "execute_query", "arguments": {"sql": "SELECT %d"}}\n</tool_call>'
+                           % t),
+            "observation": f"E{t + 1} (ok): 1 rows x 1 columns\n{t}",
         })
         if nulls:
             rows[-1].update({f.name: None for f in TURNS_SCHEMA if f.nullable})

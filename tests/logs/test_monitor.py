@@ -30,10 +30,15 @@ def test_memory_monitor_keeps_everything():
     m.log({"loss": 1.0}, step=0)
     m.log({"loss": 0.5, "reward": 0.2}, step=1)
     m.log_table("success_histogram", [{"k": 2, "groups": 5}, {"k": 8, "groups": 1}])
+    m.log_table("val/trajectories", [{"turn": 1}], step=1)
+    m.log_table("val/trajectories", [{"turn": 2}], step=5)
     m.summary({"frontier": 37.9})
     m.close()
     assert m.history == [(0, {"loss": 1.0}), (1, {"loss": 0.5, "reward": 0.2})]
     assert m.tables["success_histogram"][1] == {"k": 8, "groups": 1}
+    assert m.tables["val/trajectories"] == [{"turn": 2}]  # the last one logged
+    assert [(n, s) for n, s, _ in m.table_log] == [("success_histogram", None), ("val/trajectories", 1),
+                                                   ("val/trajectories", 5)]
     assert m.final == {"frontier": 37.9} and m.closed
 
 
@@ -71,6 +76,7 @@ def test_offline_wandb_run_writes_under_the_run_dir(tmp_path, monkeypatch):
     m.log({"loss": 1.0, "reward": 0.1}, step=0)
     m.log({"loss": 0.5, "reward": 0.3}, step=1)
     m.log_table("success_histogram", [{"k": 2, "groups": 5}, {"k": 8, "groups": 1, "note": "all solved"}])
+    m.log_table("trajectories", [{"turn": 1, "completion": "SELECT 1"}, {"turn": 2, "completion": None}], step=4)
     m.summary({"frontier": 37.9})
     m.close()
 
@@ -84,3 +90,5 @@ def test_offline_wandb_run_writes_under_the_run_dir(tmp_path, monkeypatch):
     table = json.loads(tables[0].read_text())
     assert table["columns"] == ["k", "groups", "note"]
     assert table["data"] == [[2, 5, None], [8, 1, "all solved"]]
+    (traj,) = runs[0].glob("files/media/table/trajectories_*.table.json")
+    assert json.loads(traj.read_text())["data"] == [[1, "SELECT 1"], [2, None]]

@@ -133,3 +133,32 @@ def test_several_runs_and_duplicate_turns(tmp_path, run3):
     assert len(turns) == 2 and set(turns["completion_tokens"]) == {99}
     assert read_table(tmp_path, "turns").num_rows == 4
     assert TURNS_SCHEMA.names == read_table(tmp_path, "turns").schema.names
+
+
+def test_a_v3_turns_file_without_text_columns_reads_with_null_text(tmp_path):
+    """Logs written before schema v4 (no completion / observation) still read: the text columns are null."""
+    trow = _write_old(tmp_path, "turns", drop=("completion", "observation"), version=3)
+    (got,) = read_table(tmp_path, "turns").to_pylist()
+    assert got == {**trow, "completion": None, "observation": None, "schema_version": 3}
+    assert read_turns(tmp_path)[["completion", "observation"]].isna().all(axis=None)
+
+
+def test_episode_ids_select_rows_and_skip_files_without_them(tmp_path, run3, monkeypatch):
+    root, episodes = run3
+    want = {episodes[0]["episode_id"], episodes[-1]["episode_id"]}
+    turns = read_table(root, "turns", episode_ids=want).to_pylist()
+    assert {t["episode_id"] for t in turns} == want
+    assert len(turns) == sum(e["turns"] for e in episodes if e["episode_id"] in want)
+    assert read_table(root, "episodes", episode_ids=want).num_rows == 2
+    assert read_table(root, "turns", episode_ids=set()).num_rows == 0
+    full_reads = []
+    real = pq.read_table
+
+    def spy(path, columns=None, **kw):
+        if columns != ["episode_id"]:
+            full_reads.append(path)
+        return real(path, columns=columns, **kw)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    read_table(root, "turns", episode_ids={episodes[0]["episode_id"]})
+    assert len(full_reads) == 1  # only the file holding the episode is read beyond its ids

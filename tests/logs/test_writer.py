@@ -292,3 +292,55 @@ def test_an_episode_with_one_bad_turn_buffers_none_of_its_rows(tmp_path):
     assert set(read_table(tmp_path, "turns").column("episode_id").to_pylist()) == {
         episode_row(RUN, "raw", "XS", 0, 1)["episode_id"]}
 
+
+
+def _text_run(root, cfg, episodes=60):
+    from bapsql.logs.text import TextLogConfig
+
+    rows = [episode_row(RUN, "raw", "XS", 0, t) for t in range(episodes)]
+    with TrajectoryWriter(root, RUN, text=cfg or TextLogConfig()) as w:
+        for e in rows:
+            w.add_episode(e, turn_rows(e))
+    return rows, read_table(root, "turns").to_pylist()
+
+
+def test_the_writer_writes_the_turn_text_and_a_none_setting_leaves_it_null(tmp_path):
+    from bapsql.logs.text import TextLogConfig
+
+    rows, turns = _text_run(tmp_path / "all", None)
+    by_key = {(t["episode_id"], t["turn"]): t for e in rows for t in turn_rows(e)}
+    assert turns and all(t["completion"] == by_key[(t["episode_id"], t["turn"])]["completion"] and
+                         t["observation"] == by_key[(t["episode_id"], t["turn"])]["observation"] for t in turns)
+    _, none = _text_run(tmp_path / "none", TextLogConfig(mode="none"))
+    assert len(none) == len(turns) and all(t["completion"] is None and t["observation"] is None for t in none)
+    assert [t["sql"] for t in none] == [t["sql"] for t in turns]  # nothing else changes
+
+
+def test_a_sampled_share_keeps_whole_episodes_chosen_by_id_the_same_on_a_rerun(tmp_path):
+    from bapsql.logs.text import TextLogConfig, keeps_text
+
+    cfg = TextLogConfig(mode="sample", share=0.3)
+    rows, turns = _text_run(tmp_path / "a", cfg)
+    kept = {t["episode_id"] for t in turns if t["completion"] is not None}
+    assert kept == {e["episode_id"] for e in rows if keeps_text(e["episode_id"], cfg)}
+    assert 0 < len(kept) < len(rows)
+    assert all((t["completion"] is None) == (t["observation"] is None) == (t["episode_id"] not in kept)
+               for t in turns)  # an episode keeps all its turns' text or none
+    _, again = _text_run(tmp_path / "b", cfg)
+    assert {t["episode_id"] for t in again if t["completion"] is not None} == kept
+
+
+def test_the_writer_caps_long_text_from_any_source(tmp_path):
+    from bapsql.logs.text import TEXT_CAP_CHARS, TextLogConfig
+
+    e = episode_row(RUN, "raw", "XS", 0, 0)
+    rows = turn_rows(e, 2)
+    rows[0]["completion"] = "SELECT " + "x, " * 5000
+    with TrajectoryWriter(tmp_path, RUN, text=TextLogConfig(max_chars=200)) as w:
+        w.add_episode(e, rows)
+        w.add_turn({**rows[1], "turn": 9, "observation": "o" * 9000})
+    got = {t["turn"]: t for t in read_table(tmp_path, "turns").to_pylist()}
+    assert len(got[0]["completion"]) == 200 and got[0]["completion"].startswith("SELECT x, x, ")
+    assert "…[+" in got[0]["completion"] and len(got[9]["observation"]) == 200
+    assert got[1]["completion"] == rows[1]["completion"]  # short text is kept as it is
+    assert len(rows[0]["completion"]) > TEXT_CAP_CHARS  # the caller's row is not modified

@@ -89,6 +89,23 @@ def test_runs_are_deterministic_per_seed(bench, tmp_path):
     assert ea.equals(eb) and a.tasks == 4
 
 
+def test_turns_keep_the_policys_text_unless_log_text_says_none(three_seed_run, bench, tmp_path):
+    """By default every turn logs the completion the env received and the observation it returned; with
+    ``log_text`` none the columns are null and the rest of the row is the same."""
+    from bapsql.logs.text import TextLogConfig
+
+    out, _ = three_seed_run
+    turns = read_turns(out)
+    assert turns["completion"].str.startswith("<tool_call>").all() and turns["observation"].notna().all()
+    assert (turns[turns.action == "execute_query"]["observation"].str.contains(r"E\d+ \(")).any()
+    evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS"], [0], tmp_path, run_name="r1", limit=3,
+             log_text=TextLogConfig(mode="none"))
+    bare = read_turns(tmp_path)
+    assert len(bare) and bare["completion"].isna().all() and bare["observation"].isna().all()
+    same = turns[turns.episode_id.isin(set(bare.episode_id))].sort_values(["episode_id", "turn"])
+    assert list(same["action"]) == list(bare.sort_values(["episode_id", "turn"])["action"])
+
+
 def test_conditions_are_logged_under_their_own_method(bench, tmp_path):
     s = evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS"], [0], tmp_path, condition="no_interface")
     assert s.method == "workflow.estimate_rewrite@no_interface"

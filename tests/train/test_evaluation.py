@@ -37,3 +37,29 @@ def test_the_pooled_report_pairs_the_mean_over_training_seeds(tmp_path):
     assert len(summary["runs"]) == 2 and summary["reference"] == "model.sft@full"
     (xs,) = [c for c in summary["comparisons"] if c["budget"] == "XS"]
     assert xs["method"] == "model.grpo@full" and abs(xs["quality"]["estimate"] - 15.0) < 1e-9
+
+
+def test_the_eval_stage_sweeps_with_its_log_text_and_a_monitor_it_closes(tmp_path, monkeypatch):
+    """`run_eval_stage` hands the sweep ``eval.log_text`` and a monitor of ``monitor.kind`` (where the sweep logs
+    the trajectory table), and closes the monitor after the sweep."""
+    from bapsql.logs.monitor import MemoryMonitor
+    from bapsql.logs.text import TextLogConfig
+    from bapsql.rollout import sweep
+    from bapsql.train import evaluation
+
+    cfg = from_mapping(TrainConfig, {"name": "p", "model": {"base": "m"}, "out_dir": str(tmp_path),
+                                     "monitor": {"kind": "memory"}, "rollout": {"engine": {"kind": "hf"}},
+                                     "eval": {"budgets": ["XS"], "log_text": {"mode": "sample", "share": 0.5}}})
+    seen = {}
+
+    def fake_sweep(exp, *, monitor=None, **kw):
+        seen.update(exp=exp, monitor=monitor, closed_during=monitor.closed)
+        return "summary"
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
+    monkeypatch.setattr("bapsql.analysis.analyze.analyze_runs", lambda *a, **k: None)
+    (tmp_path / "sft").mkdir()
+    summary, report = evaluation.run_eval_stage(cfg, 0, {"sft": tmp_path / "sft"})
+    assert summary == "summary" and report == cfg.run_dir(0) / "report"
+    assert seen["exp"].log_text == TextLogConfig(mode="sample", share=0.5)
+    assert isinstance(seen["monitor"], MemoryMonitor) and not seen["closed_during"] and seen["monitor"].closed

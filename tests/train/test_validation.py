@@ -195,3 +195,42 @@ def test_keep_best_loads_the_best_update_into_the_learner_not_the_last(make_lear
     assert all(torch.equal(before[k], now[k]) for k in before)
     with pytest.raises(ConfigError, match="adapter_model.safetensors"):
         learner.load_adapter(tmp_path / "nowhere")
+
+
+def test_each_validation_logs_a_trajectory_table_at_its_update(tmp_path):
+    """With a monitor, every validation round logs ``val/trajectories`` at the update's step: up to 2 successes and
+    2 failures per level, one row per turn with the completion and observation text."""
+    from types import SimpleNamespace
+
+    from bapsql.logs.monitor import MemoryMonitor
+
+    class Rollouts:
+        def validate(self, prompts, version):
+            out = []
+            for p in prompts:
+                ok = int(p.task_id[1:]) % 2 == 0  # t0, t2, t4 succeed at every level
+                ep = {"episode_id": f"{p.task_id}@{p.level}:{p.seed}", "method": "model.policy.val@full",
+                      "budget": p.level, "task_id": p.task_id, "seed": p.seed, "sample": 0, "success": ok,
+                      "reward": float(ok)}
+                turns = [{"turn": 1, "action": "invalid", "valid": False, "status": None,
+                          "completion": f"SELECT * FROM t -- {p.task_id}", "observation": "no tool call found"},
+                         {"turn": 2, "action": "answer", "valid": True, "status": None, "completion": "<tool_call>",
+                          "observation": "Episode over."}]
+                out.append(SimpleNamespace(episode=ep, turns=turns))
+            return out
+
+    tasks = [SimpleNamespace(task_id=f"t{i}") for i in range(6)]
+    monitor = MemoryMonitor()
+    v = Validator(Rollouts(), _Learner(), tasks, ("XS", "S"), tmp_path, monitor=monitor)
+    v.run(0)
+    v.run(3)
+    assert [(name, step) for name, step, _ in monitor.table_log] == [("val/trajectories", 0),
+                                                                     ("val/trajectories", 3)]
+    rows = monitor.table_log[1][2]
+    episodes = {(r["level"], r["episode_id"]): r["success"] for r in rows}
+    for lv in ("XS", "S"):
+        outcomes = [ok for (level, _), ok in episodes.items() if level == lv]
+        assert sorted(outcomes) == [False, False, True, True]
+    assert len(rows) == 2 * len(episodes) and {r["turn"] for r in rows} == {1, 2}
+    bad = [r for r in rows if r["turn"] == 1]
+    assert all(r["completion"].startswith("SELECT * FROM t -- ") and not r["valid"] for r in bad)
