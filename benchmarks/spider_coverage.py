@@ -56,8 +56,10 @@ def half(db: str) -> int:
 
 
 def table(title: str, cov: dict, inexact: dict | None = None) -> str:
-    lines = [f"{title} (n={cov['rows']['n']})", "| quantity | p50 coverage | p95 coverage | median p95/actual |",
-             "|---|---|---|---|"]
+    vm = cov["vm_steps"]
+    stopped = f"; VM steps n={vm['n']}, {vm['stopped']} stopped by the cap" if vm.get("stopped") else ""
+    lines = [f"{title} (n={cov['rows']['n']}{stopped})",
+             "| quantity | p50 coverage | p95 coverage | median p95/actual |", "|---|---|---|---|"]
     rows = [(q, cov[q]) for q in ("rows", "result_tokens", "vm_steps")]
     if inexact is not None:
         rows.insert(1, (f"rows, inexact only (n={inexact['n']})", inexact))
@@ -99,9 +101,12 @@ def main() -> None:
     for q in ("rows", "result_tokens", "vm_steps"):
         per = [coverage([s], cal)[q] for s, cal in scored]
         ratios = [c["median_p95_over_actual"] for c in per if c["median_p95_over_actual"] == c["median_p95_over_actual"]]
-        pooled[q] = {"p50": sum(c["p50"] for c in per) / len(per), "p95": sum(c["p95"] for c in per) / len(per),
-                     "median_p95_over_actual": float(statistics.median(ratios)), "n": len(per)}
-    per = [coverage([s], cal)["rows"] for s, cal in scored if not s.raw.rows_exact and s.raw.rows_ub > 1]
+        n95, n50 = sum(c["n"] for c in per), sum(c["n_p50"] for c in per)  # a cap-stopped query: VM steps only
+        pooled[q] = {"p50": sum(c["p50"] * c["n_p50"] for c in per) / max(n50, 1),
+                     "p95": sum(c["p95"] * c["n"] for c in per) / max(n95, 1),
+                     "median_p95_over_actual": float(statistics.median(ratios)), "n": n95}
+    per = [coverage([s], cal)["rows"] for s, cal in scored
+           if not s.stopped and not s.raw.rows_exact and s.raw.rows_ub > 1]
     inexact = {"p50": sum(c["p50"] for c in per) / len(per), "p95": sum(c["p95"] for c in per) / len(per), "n": len(per),
                "median_p95_over_actual": float(statistics.median(
                    [c["median_p95_over_actual"] for c in per if c["median_p95_over_actual"] > 0]))}

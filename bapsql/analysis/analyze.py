@@ -82,6 +82,8 @@ class Summary:
     warning_flow: tuple[WarningFlow, ...]
     failures: tuple[FailureCounts, ...]
     notes: tuple[str, ...]
+    placebo: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # method -> sweep.json record
+    empty_gold: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # tasks whose gold answer is empty
 
     @property
     def has_conditions(self) -> bool:
@@ -170,6 +172,12 @@ def summarize(
     breaches = sum(c.breaches for c in cells)
     if breaches:
         notes.append(f"{breaches} episode(s) carry the hard-breach audit flag: accounting is broken somewhere")
+    placebo = placebo_records(logs.run_dirs)
+    empty = empty_gold_summary(ep)
+    for m in methods:
+        if conditions.get(m) == "shuffled_estimate" and m not in placebo:
+            notes.append(f"{m}: no placebo record in the runs' sweep.json, so how far its shown estimates were from "
+                         "an exact permutation of the true ones is unknown")
     return Summary(
         runs=logs.run_dirs,
         episodes=len(ep),
@@ -194,7 +202,40 @@ def summarize(
         warning_flow=warning_flow(ep),
         failures=failure_taxonomy(ep),
         notes=tuple(notes),
+        placebo=placebo,
+        empty_gold=empty,
     )
+
+
+def empty_gold_summary(episodes: Any) -> dict[str, Any]:
+    """Tasks whose logged gold answer is empty (``[]`` is correct there without evidence): ``tasks`` of
+    ``of_tasks`` (distinct (database, task) pairs with a logged gold), and Budgeted Success (%) per method on their
+    episodes; {} when no episode logs its gold."""
+    if "empty_gold" not in episodes or episodes["empty_gold"].isna().all():
+        return {}
+    known = episodes[episodes["empty_gold"].notna()]
+    flagged = known[known["empty_gold"].astype(bool)]
+    pairs = lambda f: {(str(d), str(t)) for d, t in zip(f["db_id"], f["task_id"])}  # noqa: E731
+    success = {str(m): 100.0 * float(g["success"].astype(float).mean())
+               for m, g in flagged.groupby("method", sort=True)}
+    return {"tasks": len(pairs(flagged)), "of_tasks": len(pairs(known)), "episodes": len(flagged),
+            "success": success}
+
+
+def placebo_records(run_dirs: Sequence[str | Path]) -> dict[str, dict]:
+    """Placebo method → its record (`bapsql.env.placebo`: recorded, requests, extra, unused, unmatched, ...) from
+    the runs' ``sweep.json`` files; runs without one contribute nothing."""
+    out: dict[str, dict] = {}
+    for run in run_dirs:
+        path = Path(run) / "sweep.json"
+        try:
+            record = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError):
+            continue
+        for method, stats in (record.get("placebo") or {}).items():
+            if isinstance(stats, dict):
+                out[str(method)] = stats
+    return out
 
 
 def _jsonable(obj: Any) -> Any:
@@ -263,6 +304,8 @@ def summary_to_json(summary: Summary) -> dict:
         "estimator_coverage": summary.coverage,
         "warning_flow": summary.warning_flow,
         "failures": summary.failures,
+        "placebo": summary.placebo,
+        "empty_gold": summary.empty_gold,
         "notes": list(summary.notes),
     }
     return _jsonable(doc)

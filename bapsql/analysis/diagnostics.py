@@ -2,7 +2,12 @@
 
 - Coverage (turns table): for rows, result tokens and VM steps, the share of turns with ``actual <= estimate``
   among turns where both are present, for the p95 and the p50 estimate, per method (pooled over budgets) and per
-  method × budget.
+  method × budget. A run the VM-step cap stopped (``status`` truncated, no row count) cost more than its cap: for
+  VM steps it is a miss when the estimate was below the cap (the cap: the level's VM-step budget, when known, less
+  what was spent before the run; else the steps it spent, a lower bound) and unknown — left out, counted in
+  ``censored_*`` — when the estimate was above it; its rows and result tokens are unknown. Preflight-rejected
+  queries (executions refused before running, with a logged estimate) never ran: counted apart
+  (``preflight_rejected``), never in coverage.
 - Warning flow (episodes table), per method × budget: share of episodes with at least one policy-visible warning;
   of those, the share with at least one rewrite; of warned-and-rewritten episodes, the success share; and the
   success share of episodes with at least one shield preflight rejection ("recovery"). Descriptive frequencies.
@@ -26,17 +31,20 @@ QUANTITIES: tuple[str, ...] = ("rows", "result_tokens", "vm_steps")  # turns col
 
 
 def coverage(actual: np.ndarray, estimate: np.ndarray) -> tuple[int, float]:
-    """``(n, percent)``: how many ``(N,)`` pairs have both values finite, and the percent with actual ≤ estimate."""
+    """``(n, percent)``: how many ``(N,)`` pairs have both values present, and the percent with actual ≤ estimate.
+    An actual of +inf (a run known to exceed any estimate) counts as a miss; NaN leaves the pair out."""
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(estimate, dtype=np.float64)
-    mask = np.isfinite(a) & np.isfinite(e)
+    mask = ~np.isnan(a) & np.isfinite(e)
     n = int(mask.sum())
     return n, (100.0 * float((a[mask] <= e[mask]).mean()) if n else math.nan)
 
 
 @dataclass(frozen=True)
 class Coverage:
-    """Estimator coverage of one quantity for a method (``budget`` None = pooled over budgets), in percent."""
+    """Estimator coverage of one quantity for a method (``budget`` None = pooled over budgets), in percent.
+    ``stopped``: executions the VM-step cap stopped; ``censored_p95`` / ``censored_p50``: those whose VM-step estimate
+    was above the cap (unknown, left out); ``preflight_rejected``: executions refused before running."""
 
     method: str
     budget: str | None
@@ -45,21 +53,69 @@ class Coverage:
     p95: float
     n_p50: int
     p50: float
+    stopped: int = 0
+    censored_p95: int = 0
+    censored_p50: int = 0
+    preflight_rejected: int = 0
 
 
-def estimator_coverage(turns: pd.DataFrame) -> tuple[Coverage, ...]:
-    """Coverage per method (pooled) and per method × budget for every quantity that has any estimate."""
+def _ladder_vm_steps() -> dict[str, int]:
+    from bapsql.budgets import LEVELS, load_ladder
+
+    ladder = load_ladder()
+    return {lv: ladder[lv].vm_steps for lv in LEVELS}
+
+
+def _stopped_actual(frame: pd.DataFrame, estimate: np.ndarray, caps: np.ndarray, stopped: np.ndarray) -> np.ndarray:
+    """VM-step actuals with the cap-stopped runs replaced: +inf (a miss) where the estimate is below the cap, NaN
+    (unknown, left out) where it is not. ``(N,)`` arrays in, ``(N,)`` out."""
+    actual = frame["actual_vm_steps"].astype("float64").to_numpy().copy()
+    miss = stopped & (estimate < caps)
+    actual[miss] = np.inf
+    actual[stopped & ~miss] = np.nan
+    return actual
+
+
+def _column(frame: pd.DataFrame, name: str, dtype: str = "float64") -> pd.Series:
+    return frame[name].astype(dtype) if name in frame else pd.Series(np.nan, index=frame.index, dtype=dtype)
+
+
+def estimator_coverage(turns: pd.DataFrame, vm_step_budgets: Mapping[str, int] | None = None) -> tuple[Coverage, ...]:
+    """Coverage per method (pooled) and per method × budget for every quantity that has any estimate (module
+    docstring). ``vm_step_budgets``: level → VM-step budget (a cap-stopped run's cap comes from it; None: the
+    packaged ladder's XS–L); levels not in it use the steps the run spent as the cap."""
+    budgets = dict(_ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
+    status = turns["status"].astype(object) if "status" in turns else pd.Series(None, index=turns.index, dtype=object)
+    execute = turns["action"].astype(object) == "execute_query"
+    has_est = turns[[f"est_{q}_p95" for q in QUANTITIES]].notna().any(axis=1)
+    stopped_all = (execute & (status == "truncated") & turns["actual_rows"].isna()
+                   & turns["actual_vm_steps"].notna()).to_numpy()
+    rejected_all = (execute & (status == "rejected") & has_est).to_numpy()
+    spent = _column(turns, "actual_vm_steps").fillna(0.0)
+    total = pd.Series([budgets.get(str(b), np.nan) for b in turns["budget"]], index=turns.index, dtype="float64")
+    before_run = _column(turns, "vm_steps_after") - spent  # spent before the run (its probe included)
+    cap_all = (total - before_run).where(total.notna() & before_run.notna(), spent).to_numpy()
     out = []
     for method, by_method in turns.groupby("method", sort=True):
         by_budget = sorted(by_method.groupby("budget"), key=lambda bg: level_key(str(bg[0])))
         slices = [(None, by_method)] + [(str(b), g) for b, g in by_budget]
         for budget, frame in slices:
+            pos = turns.index.get_indexer(frame.index)
+            stopped, rejected, caps = stopped_all[pos], rejected_all[pos], cap_all[pos]
             for quantity in QUANTITIES:
-                actual = frame[f"actual_{quantity}"].astype("float64").to_numpy()
-                n95, c95 = coverage(actual, frame[f"est_{quantity}_p95"].astype("float64").to_numpy())
-                n50, c50 = coverage(actual, frame[f"est_{quantity}_p50"].astype("float64").to_numpy())
+                est95 = frame[f"est_{quantity}_p95"].astype("float64").to_numpy()
+                est50 = frame[f"est_{quantity}_p50"].astype("float64").to_numpy()
+                censored = (0, 0)
+                if quantity == "vm_steps":
+                    a95, a50 = (_stopped_actual(frame, e, caps, stopped) for e in (est95, est50))
+                    censored = (int((stopped & (est95 >= caps)).sum()), int((stopped & (est50 >= caps)).sum()))
+                else:
+                    a95 = a50 = frame[f"actual_{quantity}"].astype("float64").to_numpy()
+                n95, c95 = coverage(a95, est95)
+                n50, c50 = coverage(a50, est50)
                 if n95 or n50:
-                    out.append(Coverage(str(method), budget, quantity, n95, c95, n50, c50))
+                    out.append(Coverage(str(method), budget, quantity, n95, c95, n50, c50, int(stopped.sum()),
+                                        *censored, int(rejected.sum())))
     return tuple(out)
 
 

@@ -31,12 +31,13 @@ import pyarrow.parquet as pq
 from bapsql.errors import RunLogError
 from bapsql.logs.schema import EPISODES_SCHEMA, PARTITION_COLUMNS, SCHEMA_VERSION, TURNS_SCHEMA
 
-# The columns the analysis reads (a subset of the schemas; answer/gold JSON and SQL text are never loaded).
+# The columns the analysis reads (a subset of the schemas; answer JSON and SQL text are never loaded; the gold JSON
+# only to tell empty gold answers, kept as the boolean column ``empty_gold``, null when the logs lack it).
 EPISODE_COLUMNS: tuple[str, ...] = (
     "schema_version", "run", "method", "condition", "budget", "seed", "task_id", "db_id", "sample", "correct",
     "feasible", "success", "official_ex", "reward", "evidence_score", "queries", "result_tokens", "vm_steps", "turns",
     "prompt_tokens", "completion_tokens", "total_tokens", "peak_context", "warnings", "rewrites", "rejections",
-    "invalid_actions", "abstained", "breach", "failure",
+    "invalid_actions", "abstained", "breach", "failure", "gold",
 )
 # What every episodes file must hold (DESIGN §7): enough for success, cost and database-cluster statistics.
 CORE_COLUMNS: tuple[str, ...] = (
@@ -52,7 +53,10 @@ TURN_COLUMNS: tuple[str, ...] = (
     "method", "condition", "budget", "seed", "task_id", "db_id", "episode_id", "turn", "action", "warning",
     "est_rows_p50", "est_rows_p95", "est_result_tokens_p50", "est_result_tokens_p95",
     "est_vm_steps_p50", "est_vm_steps_p95", "actual_rows", "actual_result_tokens", "actual_vm_steps",
+    "status", "vm_steps_after",
 )
+# Turn columns read when present (the coverage diagnostic's cap-stopped and preflight-rejected runs), null otherwise.
+OPTIONAL_TURN_COLUMNS: tuple[str, ...] = ("status", "vm_steps_after")
 
 
 @dataclass(frozen=True)
@@ -192,12 +196,12 @@ def load_runs(run_dirs: Sequence[str | Path]) -> RunLogs:
         turn_files += tu
     absent: dict[str, int] = {}
     episodes = _read_table(episode_files, root_of, EPISODES_SCHEMA, EPISODE_COLUMNS, CORE_COLUMNS, absent)
-    turn_required = [c for c in TURN_COLUMNS if not _field(TURNS_SCHEMA, c).nullable]
+    turn_required = [c for c in TURN_COLUMNS if not _field(TURNS_SCHEMA, c).nullable and c not in OPTIONAL_TURN_COLUMNS]
     turns = _read_table(turn_files, root_of, TURNS_SCHEMA, TURN_COLUMNS, turn_required, {})
     notes = []
     if episodes.empty:
         raise RunLogError("the episode files hold no rows; nothing to analyse")
-    missing = sorted(c for c in absent if c != "condition")
+    missing = sorted(c for c in absent if c not in ("condition", "gold"))
     if missing:
         files = sorted(set(absent[c] for c in missing))
         share = f"{files[0]}" if len(files) == 1 else f"{files[0]}–{files[-1]}"
@@ -205,6 +209,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> RunLogs:
             f"episode column(s) absent from {share} of {len(episode_files)} file(s), analysed with defaults: "
             + ", ".join(f"{c} ({_default_text(c)})" for c in missing)
         )
+    episodes = episodes.assign(empty_gold=empty_gold_column(episodes.pop("gold")))
     episodes, cond_notes = apply_conditions(episodes)
     turns, _ = apply_conditions(turns)
     notes += cond_notes
@@ -227,6 +232,24 @@ def load_runs(run_dirs: Sequence[str | Path]) -> RunLogs:
         turn_files=len(turn_files),
         notes=tuple(notes),
     )
+
+
+def empty_gold_column(gold: pd.Series) -> pd.Series:
+    """Per episode: whether its logged gold answer (``Answer.to_json`` text) holds no value — the gold query
+    returned no rows, so ``[]`` is correct without evidence; null where no gold is logged."""
+    import json
+
+    def empty(text: object) -> object:
+        if not isinstance(text, str):
+            return None
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        return isinstance(obj, dict) and obj.get("kind") != "scalar" and obj.get("values") == []
+
+    values = {t: empty(t) for t in gold.dropna().unique()}  # few distinct golds per task: parse each once
+    return gold.map(values).astype("boolean")
 
 
 def _default_text(column: str) -> str:

@@ -43,8 +43,11 @@ def frontier_score(success: Mapping[str, float]) -> float | None:
 class CellMetrics:
     """One method × budget cell (``group`` None), or one of its per-database / per-seed slices (``group`` set).
 
-    ``success``, ``official_ex`` and ``abstained`` are percentages; ``official_ex`` is over the episodes that carry
-    it (None when none do). Cost fields are means per episode; ``breaches`` counts audit-flagged episodes.
+    ``success``, ``official_ex`` and ``abstained`` are percentages; ``official_ex`` is over the ``official_ex_n``
+    episodes that carry it (None when none do): BIRD's count, where an episode whose final SQL errors, exceeds the
+    cap or that ran no SQL at all is logged wrong (`bapsql.env.outcome.official_ex`), so only episodes the
+    environment could not judge (no runnable gold SQL) or logs of other systems leave it out. Cost fields are means
+    per episode; ``breaches`` counts audit-flagged episodes.
     """
 
     method: str
@@ -64,6 +67,7 @@ class CellMetrics:
     turns: float
     abstained: float
     breaches: int
+    official_ex_n: int = 0  # the Official EX denominator: episodes that record official_ex
 
 
 def cell_metrics(episodes: pd.DataFrame, by: str | None = None) -> tuple[CellMetrics, ...]:
@@ -104,6 +108,7 @@ def cell_metrics(episodes: pd.DataFrame, by: str | None = None) -> tuple[CellMet
                 official_ex=100.0 * float(row["official_ex"]) if row["ex_n"] > 0 else None,
                 abstained=100.0 * float(row["abstained"]),
                 breaches=int(row["breaches"]),
+                official_ex_n=int(row["ex_n"]),
                 **{c: float(row[c]) for c in COST_COLUMNS},
             )
         )

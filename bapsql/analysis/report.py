@@ -120,13 +120,26 @@ def _frontier_blocks(s: Summary) -> list[Block]:
         Table(cols, tuple(rows), "Budgeted Success pooled over seeds. Frontier Score = (XS/2 + S + M + L/2) / 3, "
               "descriptive, in percentage points; — where a level is missing."),
     ]
+    e = s.empty_gold
+    if e:
+        on = "; ".join(f"{m} {fmt(v)}%" for m, v in e["success"].items())
+        blocks.append(Paragraph(f"Empty gold answers: {e['tasks']} of {e['of_tasks']} tasks have a gold query that "
+                                "returns no rows, so an answer of [] is correct there without any evidence"
+                                + (f" (Budgeted Success on their {e['episodes']:,} episodes: {on})." if on else ".")))
     blocks.append(Heading("Official EX", 3))
     if any(c.official_ex is not None for c in s.cells):
         ex_rows = tuple((*_mcells(s, m), *[fmt(c.official_ex) if (c := s.cell(m, lv)) else DASH for lv in s.levels])
                         for m in s.methods)
         blocks.append(Table(_mcols(s) + tuple(f"{lv} EX (%)" for lv in s.levels), ex_rows,
                             "Official (unbudgeted) execution accuracy of each episode's final SQL, from the logged "
-                            "official_ex, over the episodes that record it; — where none do."))
+                            "official_ex, over the episodes that record it; — where none do. As BIRD counts it: a "
+                            "final SQL that errors or exceeds the cap is wrong, and so is an episode that ran no "
+                            "SQL."))
+        n_rows = tuple((*_mcells(s, m), *[f"{c.official_ex_n} / {c.episodes}" if (c := s.cell(m, lv)) else DASH
+                                          for lv in s.levels]) for m in s.methods)
+        blocks.append(Table(_mcols(s) + tuple(f"{lv} EX denominator" for lv in s.levels), n_rows,
+                            "Episodes that record official_ex / episodes of the cell. Episodes this environment "
+                            "logs without it: the task's gold SQL could not be run (or logs of other systems)."))
     else:
         blocks.append(Paragraph("Official EX: absent. No episode in these logs records official_ex, so "
                                 "unbudgeted execution accuracy is not reported."))
@@ -256,10 +269,17 @@ def _diagnostic_blocks(s: Summary) -> list[Block]:
     blocks: list[Block] = [Heading("Estimator and behaviour diagnostics")]
     pooled = [c for c in s.coverage if c.budget is None]
     if pooled:
-        blocks.append(Table(("Method", "Quantity", "p95 coverage (%)", "p50 coverage (%)", "Turns"),
+        blocks.append(Table(("Method", "Quantity", "p95 coverage (%)", "p50 coverage (%)", "Turns",
+                             "Stopped by the VM cap", "Stopped, p95 above the cap", "Preflight-rejected"),
                             tuple((c.method, c.quantity.replace("_", " "), fmt(c.p95), fmt(c.p50),
-                                   fmt(c.n_p95, 0, grouped=True)) for c in pooled),
-                            "Share of executed turns with actual ≤ estimate, where both are logged."))
+                                   fmt(c.n_p95, 0, grouped=True), fmt(c.stopped, 0, grouped=True),
+                                   fmt(c.censored_p95, 0, grouped=True), fmt(c.preflight_rejected, 0, grouped=True))
+                                  for c in pooled),
+                            "Share of executed turns with actual ≤ estimate, where both are logged. A run the "
+                            "VM-step cap stopped cost more than its cap: for VM steps it is a miss when the "
+                            "estimate was below the cap, and left out (unknown) when it was above; its rows and "
+                            "result tokens are unknown. Preflight-rejected queries never ran and are not in the "
+                            "coverage."))
     if s.warning_flow:
         flow = tuple((*_mcells(s, w.method), w.budget, fmt(w.warned_pct), fmt(w.rewrite_given_warning_pct),
                       fmt(w.success_given_rewrite_pct), fmt(w.recovery_pct)) for w in s.warning_flow)
@@ -267,6 +287,18 @@ def _diagnostic_blocks(s: Summary) -> list[Block]:
                                          "Success | warned+rewritten (%)", "Success | rejected (%)"), flow,
                             "Descriptive conditional frequencies; 'rejected' = at least one shield preflight "
                             "rejection."))
+    if s.placebo:
+        rows = tuple((m, str(r.get("source", DASH)), fmt(r.get("requests"), 0, grouped=True),
+                      fmt(r.get("extra"), 0, grouped=True), fmt(r.get("unused"), 0, grouped=True),
+                      fmt(r.get("unmatched"), 0, grouped=True), "yes" if r.get("unmatched") == 0 else "no")
+                     for m, r in sorted(s.placebo.items()))
+        blocks += [Heading("Cost-matched placebo", 3),
+                   Table(("Placebo method", "Recorded from", "Requests shown", "Not recorded (drawn)",
+                          "Recorded, not requested", "Unmatched", "Exact permutation"), rows,
+                         "The shown p50/p95 payloads permute those the recording run requested at the same level; "
+                         "requests it never made are drawn without replacement from the level's payloads. With 0 "
+                         "unmatched the shown multiset is exactly the true one; the shield always keeps the true "
+                         "estimate.")]
     kinds = sorted({k for f in s.failures for k in f.counts})
     if kinds:
         rows = tuple((*_mcells(s, f.method), f.budget, fmt(f.episodes, 0, grouped=True),

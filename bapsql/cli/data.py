@@ -108,6 +108,8 @@ def _print_stats(st) -> None:
             ("cross-split duplicates dropped", f"{st.duplicates_dropped:,}"),
             ("answer types", ", ".join(f"{k} {v:,}" for k, v in st.answer_types.items())),
             ("flags", ", ".join(f"{k} {v:,}" for k, v in st.flags.items()) or "none"),
+            ("empty gold answers", f"{st.empty_gold:,} (an answer of [] is correct there without evidence; GRPO "
+                                   "leaves them out of its prompts unless grpo.empty_gold: include)"),
             ("difficulty", ", ".join(f"{k} {v:,}" for k, v in st.difficulty.items())),
             ("database size", f"{st.database_bytes / 2**20:,.1f} MiB")]
     if st.largest_table_rows is not None:
@@ -117,11 +119,12 @@ def _print_stats(st) -> None:
         top.add_row(k, v)
     console.print(top)
     sp = Table(title="splits")
-    for col in ("split", "databases", "tasks", "scalar / list / ordered", "budget-sensitive", "unanswerable XS"):
+    for col in ("split", "databases", "tasks", "scalar / list / ordered", "budget-sensitive", "unanswerable XS",
+                "empty gold"):
         sp.add_column(col)
     for name, s in st.splits.items():
         sp.add_row(name, str(s.databases), f"{s.tasks:,}", " / ".join(str(v) for v in s.answer_types.values()),
-                   f"{s.shares['budget_sensitive']:.1%}", f"{s.shares['unanswerable_xs']:.1%}")
+                   f"{s.shares['budget_sensitive']:.1%}", f"{s.shares['unanswerable_xs']:.1%}", f"{s.empty_gold:,}")
     console.print(sp)
 
 

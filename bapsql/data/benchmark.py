@@ -12,6 +12,8 @@ Contract of `load_benchmark(dir, split=None)`: detects the folder format, a BIRD
 (`bapsql.data.loaders`); returns a `Benchmark` whose ``tasks`` all have a typed gold answer and an absolute
 ``db_path``. Nothing is dropped silently: missing databases, unreadable files and records, gold SQL that fails, flagged
 gold results and cross-split duplicate questions are listed in ``Benchmark.manifest`` (`LoadManifest`).
+`empty_gold` tells the tasks whose gold query returns no rows: an answer of ``[]`` is correct there without any
+evidence (RL learns to exploit it), so stats count them and GRPO leaves them out of its prompts by default.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ SPLITS_FILE = "splits.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
 LAYOUTS: tuple[str, ...] = ("demo", "bird", "spider")
+
+
+def empty_gold(task: Task) -> bool:
+    """Whether ``task``'s gold query returns no rows (its typed gold is an empty list, or a loader flagged it
+    ``flag:empty``)."""
+    if "flag:empty" in task.tags:
+        return True
+    return task.gold is not None and task.gold.kind != "scalar" and len(task.gold.values) == 0
 
 
 @dataclass(frozen=True)

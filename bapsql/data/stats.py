@@ -3,7 +3,8 @@
 Contract: `benchmark_stats` is pure over a `Benchmark` (plus the folder's manifest.json for the embedded benchmark's
 measured shares). Its JSON always has ``databases`` (database files found), ``tasks``, ``missing_databases`` (list),
 ``failed_gold`` (count) and ``answer_types`` (counts of ``scalar``, ``list``, ``ordered_list``), plus sizes, flags,
-tag shares and the same counts per split.
+tag shares, ``empty_gold`` (tasks whose gold query returns no rows, `bapsql.data.benchmark.empty_gold`: an answer of
+``[]`` is correct there without evidence) and the same counts per split.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from bapsql.data.benchmark import MANIFEST_FILE, Benchmark
+from bapsql.data.benchmark import MANIFEST_FILE, Benchmark, empty_gold
 from bapsql.data.splits import TASK_SPLITS
 from bapsql.types import ANSWER_KINDS, Task
 
@@ -27,6 +28,7 @@ class SplitStats:
     tasks: int
     answer_types: dict[str, int]
     shares: dict[str, float]  # share of tasks carrying each of SHARE_TAGS, and with an evidence hint
+    empty_gold: int = 0  # tasks whose gold query returns no rows
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class BenchmarkStats:
     largest_table_rows: int | None = None  # embedded benchmark only (from its manifest)
     measured: dict[str, float] = field(default_factory=dict)  # embedded benchmark: gold/naive over XS/S shares
     splits: dict[str, SplitStats] = field(default_factory=dict)
+    empty_gold: int = 0  # tasks whose gold query returns no rows (`[]` is correct there without evidence)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,7 +89,7 @@ def benchmark_stats(bench: Benchmark) -> BenchmarkStats:
     for name in names:
         st = list(bench.select(name).tasks)
         dbs = bench.splits["train" if name in TASK_SPLITS else name]
-        splits[name] = SplitStats(len(dbs), len(st), _answer_types(st), _shares(st))
+        splits[name] = SplitStats(len(dbs), len(st), _answer_types(st), _shares(st), sum(map(empty_gold, st)))
     flags = Counter(tag[5:] for t in tasks for tag in t.tags if tag.startswith("flag:"))
     return BenchmarkStats(
         name=bench.name, kind=bench.kind, root=str(bench.root), databases=len(m.databases), tasks=len(tasks),
@@ -95,4 +98,5 @@ def benchmark_stats(bench: Benchmark) -> BenchmarkStats:
         duplicates_dropped=len(m.duplicates), flags=dict(sorted(flags.items())),
         difficulty=dict(sorted(Counter(t.difficulty or "unknown" for t in tasks).items())), shares=_shares(tasks),
         database_bytes=db_bytes, largest_table_rows=largest, measured=measured, splits=splits,
+        empty_gold=sum(map(empty_gold, tasks)),
     )

@@ -9,6 +9,10 @@ flag), of the header and per-row result tokens, and of VM steps. `Calibration.qu
   tight) and ``g`` (stored as the result tokens' ``p95`` factor) covers the row-width error; 0 when rows_p95 is 0.
 Factors are looked up by shape class (`SHAPES`), falling back to the quantity's default.
 
+`collect_samples` keeps a query the collection cap stopped as a *stopped* sample (it cost more than the cap: VM steps
+= the cap, rows and result tokens unknown). `coverage` counts it, for VM steps only, as a miss when the p50/p95 was
+below the cap and leaves it out when above (unknown); `fit_calibration` never fits on it.
+
 `fit_calibration(samples, target_coverage)` is pure. Per quantity and class, `fit_factor` picks f95 as the smallest
 factor reaching the target coverage on the fit set (an order statistic of actual / base), never below
 ``min_factor``, and f50 as the median ratio clipped to [0.5, 2]. The rows factors are fitted first; the token
@@ -154,7 +158,9 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
 
 @dataclass(frozen=True)
 class Sample:
-    """One (raw estimate, actual) observation; actuals are the full result (rows, result tokens, VM steps)."""
+    """One (raw estimate, actual) observation; actuals are the full result (rows, result tokens, VM steps). A
+    ``stopped`` sample was stopped by the VM-step cap: ``vm_steps`` is that cap (the true cost is above it), rows
+    and result tokens are NaN."""
 
     raw: RawEstimate
     rows: float
@@ -162,6 +168,7 @@ class Sample:
     vm_steps: float
     db: str = ""
     sql: str = ""
+    stopped: bool = False
 
 
 def fit_factor(raw: np.ndarray, actual: np.ndarray, *, target_coverage: float = 0.99,
@@ -198,6 +205,7 @@ def fit_calibration(samples: Sequence[Sample], *, target_coverage: float = 0.99,
     shape class with at least ``min_shape_samples`` samples, its own factors."""
     if not 0.5 <= target_coverage < 1.0:
         raise ValueError(f"target_coverage must be in [0.5, 1), got {target_coverage}")
+    samples = [s for s in samples if not s.stopped]  # their actuals are unknown
     kw = dict(target_coverage=target_coverage, min_factor=min_factor)
     raw_rows = np.array([s.raw.rows for s in samples], dtype=float)
     act_rows = np.array([s.rows for s in samples], dtype=float)
@@ -230,21 +238,28 @@ def fit_calibration(samples: Sequence[Sample], *, target_coverage: float = 0.99,
 
 
 def coverage(samples: Iterable[Sample], calibration: Calibration) -> dict[str, dict[str, float]]:
-    """Per quantity: share of actuals <= p50 and <= p95, and the median p95 / actual ratio (actual > 0)."""
+    """Per quantity: share of actuals <= p50 and <= p95 (over ``n_p50`` / ``n`` samples), and the median p95 /
+    actual ratio (actual > 0). A stopped sample (module docstring) counts for VM steps only: a miss where the
+    quantile was below the cap, left out where it was not; ``stopped`` counts them."""
     samples = list(samples)
     le = {q: [0, 0] for q in QUANTITIES}
+    n = {q: [0, 0] for q in QUANTITIES}
     ratios: dict[str, list[float]] = {q: [] for q in QUANTITIES}
     for s in samples:
         qs = calibration.quantiles(s.raw)
         for q in QUANTITIES:
-            p50, p95 = qs[q]
+            if s.stopped and q != "vm_steps":
+                continue
             act = getattr(s, q)
-            le[q][0] += act <= p50 * (1 + 1e-9) + 1e-9
-            le[q][1] += act <= p95 * (1 + 1e-9) + 1e-9
-            if act > 0:
-                ratios[q].append(p95 / act)
-    n = max(len(samples), 1)
-    return {q: {"p50": le[q][0] / n, "p95": le[q][1] / n, "n": len(samples),
+            for i, p in enumerate(qs[q]):
+                if s.stopped and p >= act:
+                    continue  # the cost is above the cap, which is not above the quantile: unknown
+                n[q][i] += 1
+                le[q][i] += (not s.stopped) and act <= p * (1 + 1e-9) + 1e-9
+            if act > 0 and not s.stopped:
+                ratios[q].append(qs[q][1] / act)
+    return {q: {"p50": le[q][0] / max(n[q][0], 1), "p95": le[q][1] / max(n[q][1], 1), "n": n[q][1],
+                "n_p50": n[q][0], "stopped": sum(s.stopped for s in samples) if q == "vm_steps" else 0,
                 "median_p95_over_actual": float(np.median(ratios[q])) if ratios[q] else float("nan")}
             for q in QUANTITIES}
 
@@ -254,7 +269,8 @@ def collect_samples(handle: "DatabaseHandle", sqls: Iterable[str], *, vm_step_ca
 
     Execution goes through the handle's `Shield` with no visible output (caps of 0 rows/tokens/bytes), so actual
     rows, the full result tokens (the shield's charging contract) and exact VM steps are measured without keeping
-    rows. Statements that fail to estimate or execute, or that the VM-step cap stops, are skipped."""
+    rows. Statements that fail to estimate or execute are skipped; one the VM-step cap stops is kept as a
+    ``stopped`` sample (VM steps = the cap; rows and result tokens NaN)."""
     from bapsql.db.estimator import Estimator
     from bapsql.db.shield import Caps
 
@@ -267,8 +283,13 @@ def collect_samples(handle: "DatabaseHandle", sqls: Iterable[str], *, vm_step_ca
                 continue
             res = handle.shield.execute(sql, caps)
             raw = est.raw_estimate_cached(sql)
-            if res.status in ("rejected", "error") or res.rows_total is None or res.full_result_tokens is None \
-                    or raw is None:
+            if res.status in ("rejected", "error") or raw is None:
+                continue
+            if res.truncated_by == "vm_steps":  # cost more than the cap: a miss for any VM-step quantile below it
+                out.append(Sample(raw, math.nan, math.nan, float(vm_step_cap), db=str(handle.path), sql=sql,
+                                  stopped=True))
+                continue
+            if res.rows_total is None or res.full_result_tokens is None:
                 continue
             out.append(Sample(raw, float(res.rows_total), float(res.full_result_tokens), float(res.cost.vm_steps),
                               db=str(handle.path), sql=sql))

@@ -8,7 +8,8 @@ orthogonal switches:
 ================== ==================================================================================================
 switch             values
 ================== ==================================================================================================
-show_dashboard     the remaining-budget line after every observation (and the ledger in the policy's info)
+show_dashboard     the remaining-budget line after every observation (and the ledger in the policy's info);
+                   hidden, no refusal or message quotes a ledger figure ("no result / context room left")
 actions            the tools offered; the system prompt lists only these, and any other tool call is an invalid
                    action whose observation says the tool is not offered under this condition
 estimates          ``true``: estimate/rewrite observations show the estimator's p50/p95; ``permuted``: the

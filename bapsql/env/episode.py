@@ -58,7 +58,7 @@ from bapsql.env.ledger import Ledger
 from bapsql.env.live import EpisodeSnapshot
 from bapsql.env.outcome import final_sql, gold_answer, official_ex, official_rows, summarize
 from bapsql.env.records import EnvOptions, EpisodeSummary, StepResult, TurnDraft, TurnRecord
-from bapsql.env.transcript import GENERATION_PROMPT_TOKENS, Transcript
+from bapsql.env.transcript import Transcript, framing_of
 from bapsql.errors import EnvStateError
 from bapsql.tokens import TokenCounter
 from bapsql.types import Answer, Task
@@ -66,8 +66,6 @@ from bapsql.types import Answer, Task
 if TYPE_CHECKING:  # pragma: no cover
     from bapsql.env.placebo import PlaceboPool
     from bapsql.env.posthoc import Controller
-
-_TRAILER_TOKENS = 2  # <|im_end|> and the newline the template adds after a completion
 
 
 class BudgetedSQLEnv(ActionHandlers):
@@ -79,6 +77,7 @@ class BudgetedSQLEnv(ActionHandlers):
                  options: EnvOptions = EnvOptions(), placebo: "PlaceboPool | None" = None,
                  controller: "Controller | None" = None) -> None:
         self.counter = token_counter
+        self.framing = framing_of(token_counter)  # the policy's chat-template overheads (`bapsql.models.framing`)
         self.handles = handles if handles is not None else DatabaseHandles(token_counter)
         self.options = options
         self.placebo = placebo
@@ -106,7 +105,7 @@ class BudgetedSQLEnv(ActionHandlers):
         self._task, self._budget = task, budget
         self._ledger = Ledger(budget)
         self._store = EvidenceStore()
-        self._tx = Transcript(self.counter, self._block_text)
+        self._tx = Transcript(self.counter, self._block_text, self.framing)
         self._records: list[TurnRecord] = []
         self._done = self.terminated = self.truncated = False
         self._answer: Answer | None = None
@@ -169,7 +168,8 @@ class BudgetedSQLEnv(ActionHandlers):
                         self._finish(truncated=True)
         self._history.append((turn.action, turn.status))
         self._records.append(turn.record(before, led.snapshot(), ctx_before=ctx_before, ctx_after=led.context_tokens,
-                                         prompt_tokens=led.prompt_tokens - prompt_before, completion_tokens=completion))
+                                         prompt_tokens=led.prompt_tokens - prompt_before, completion_tokens=completion,
+                                         completion=action_text, observation=observation))
         reward = 1.0 if self.terminated and self._correct and self._feasible() else 0.0
         return StepResult(observation, reward, self.terminated, self.truncated, self._info(turn))
 
@@ -196,8 +196,9 @@ class BudgetedSQLEnv(ActionHandlers):
 
     @property
     def max_completion_tokens(self) -> int:
-        """Tokens the next completion may use (its end-of-turn tokens included in the accounting)."""
-        return max(0, self._budget.context_tokens - self._tx.prompt() - _TRAILER_TOKENS)
+        """Tokens the next completion may use (the template's closing after it, e.g. its end-of-turn token, is
+        reserved)."""
+        return max(0, self._budget.context_tokens - self._tx.prompt() - self.framing.trailer_tokens)
 
     def summary(self) -> EpisodeSummary:
         """Every field of the episodes log table the environment knows."""
@@ -220,7 +221,7 @@ class BudgetedSQLEnv(ActionHandlers):
         if not self.options.show_dashboard:
             return ""
         snap = self._ledger.snapshot()
-        free = snap.budget.context_tokens - self._tx.live() - GENERATION_PROMPT_TOKENS
+        free = snap.budget.context_tokens - self._tx.live() - self.framing.generation_prompt_tokens
         def line(g: int) -> str:
             return "\n" + render.dashboard(dataclasses.replace(snap.remaining, context_tokens=max(0, g)), snap.budget)
 
@@ -241,7 +242,7 @@ class BudgetedSQLEnv(ActionHandlers):
     def _fit(self, build: Callable[[int], tuple[str, str]], n: int, role: str = "tool"):
         """Largest k ≤ n whose observation ``build(k)`` = (head, body) + dashboard leaves the completion reserve
         free; returns (k, head, body, tail, tokens) or None when even k = 0 does not fit."""
-        limit = self._budget.context_tokens - self.options.completion_reserve - GENERATION_PROMPT_TOKENS
+        limit = self._budget.context_tokens - self.options.completion_reserve - self.framing.generation_prompt_tokens
 
         def attempt(k: int):
             head, body = build(k)
@@ -305,13 +306,14 @@ class BudgetedSQLEnv(ActionHandlers):
         return self._gold_cache[0]
 
     def _official_ex(self) -> bool | None:
-        """BIRD's unbudgeted EX of the episode's final SQL (`bapsql.env.outcome.final_sql`) against the gold SQL;
-        None when no query ran or the task has no gold SQL. Results are cached per (database, SQL)."""
+        """BIRD's unbudgeted EX of the episode's final SQL (`bapsql.env.outcome.final_sql`) against the gold SQL:
+        False when no query ran or the final SQL fails (`official_ex`); None only when the gold SQL is missing or
+        cannot run. Results are cached per (database, SQL)."""
         sql = final_sql(self._citations, self._store, self._executed)
-        if sql is None or not self._task.gold_sql.strip():
+        if not self._task.gold_sql.strip():
             return None
-        rows = [self._official_rows(q) for q in (sql, self._task.gold_sql)]
-        return None if rows[1] is None else official_ex(rows[0] or frozenset(), rows[1])
+        gold = self._official_rows(self._task.gold_sql)
+        return None if gold is None else official_ex(None if sql is None else self._official_rows(sql), gold)
 
     def _official_rows(self, sql: str) -> frozenset | None:
         key = (str(self._handle.path), sql)

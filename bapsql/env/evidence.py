@@ -35,6 +35,7 @@ _TRANSITIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "restore": (("archived", "compressed"), "visible"),
 }
 FIRST_VALUES = 3
+MEAN_DECIMALS = 4  # a profile shows a column's mean rounded to this many decimals (and nothing finer)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class Profile:
             if c.min is not None:
                 parts.append(f"min {cell_text(c.min)} max {cell_text(c.max)}")
             if c.mean is not None:
-                parts.append(f"mean {cell_text(round(c.mean, 4))}")
+                parts.append(f"mean {cell_text(round(c.mean, MEAN_DECIMALS))}")
             if c.top and c.top[0][1] > 1:  # most frequent values (none when every value occurs once)
                 parts.append("top " + ", ".join(f"{cell_text(v)} ({n})" for v, n in c.top))
             elif c.first:

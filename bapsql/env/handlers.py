@@ -5,11 +5,15 @@ Each handler applies one typed action under the episode's condition (`bapsql.env
 The accounting rules are those of the episode module's docstring; the condition-specific parts live here:
 
 - a tool the condition does not offer is an invalid action whose observation names the condition's tools;
-- ``estimates: permuted`` shows the payload the placebo pool (`bapsql.env.placebo`) assigns to this request, the
-  warning is computed from the shown numbers, the shield keeps the true estimate;
+- ``estimates: permuted`` shows the payload the placebo pool (`bapsql.env.placebo`) assigns to this request (every
+  estimate/rewrite turn is a request, refused ones too), the warning is computed from the shown numbers, the shield
+  keeps the true estimate;
 - ``rewrite: rule`` replaces the policy's rewrite by the rule-based rewrite of the candidate last estimated (and runs
   the rule-based SQL when the policy later executes its own rewrite);
-- ``preflight: words`` turns a preflight rejection into words without a single number;
+- ``preflight: words`` turns a preflight rejection into words without a single number — in the observation and in
+  every message a policy can read (``info``), so no abstention reason a policy writes can quote the estimate;
+- a hidden dashboard (``raw``) hides the ledger: refusals say "no result room left" / "no context room left" in
+  words, and no message quotes the remaining result tokens, context or VM steps;
 - ``posthoc``: the controller (`bapsql.env.posthoc`) decides how an executed result is rendered; admitted result
   tokens are what it renders.
 
@@ -32,7 +36,6 @@ from bapsql.env.posthoc import ResultProfiler, decide, shape_of
 from bapsql.env.records import TurnDraft
 from bapsql.env.rewriter import DEFAULT_K, affordable_rows, deterministic_rewrite
 from bapsql.env.scoring import answers_match
-from bapsql.env.transcript import GENERATION_PROMPT_TOKENS
 
 
 class ActionHandlers:
@@ -85,7 +88,7 @@ class ActionHandlers:
                              "truncated", 0, Profile(0, True, None, ()), "visible", 0)
         text = (render.execution_header(fake) + "\n" + render.block_body(fake).split("\n")[-1] + "\n"
                 + render.dashboard(b, b))
-        extra = GENERATION_PROMPT_TOKENS + self.options.completion_reserve + 4  # 4: slack for joins at line ends
+        extra = self.framing.generation_prompt_tokens + self.options.completion_reserve + 4  # 4: slack at line ends
         self._framing[key] = self._tx.cost("tool", text) + extra
         return self._framing[key]
 
@@ -96,11 +99,13 @@ class ActionHandlers:
     def _warnings(self, est) -> list[str]:
         rem = self._ledger.remaining()
         caps = self._caps(len(est.columns))
+        shown = self.options.show_dashboard  # a hidden dashboard: no ledger figure in the warning
         over = []
         if est.result_tokens.p95 > caps.result_tokens:
-            over.append(f"result tokens {est.result_tokens.p95:.0f} > {caps.result_tokens} admissible")
+            over.append(f"result tokens {est.result_tokens.p95:.0f} > "
+                        + (f"{caps.result_tokens} admissible" if shown else "what can be admitted"))
         if est.vm_steps.p95 > rem.vm_steps:
-            over.append(f"VM steps {est.vm_steps.p95:.0f} > {rem.vm_steps} left")
+            over.append(f"VM steps {est.vm_steps.p95:.0f} > " + (f"{rem.vm_steps} left" if shown else "what is left"))
         if est.rows.p95 > caps.rows:
             over.append(f"rows {est.rows.p95:.0f} > row cap {caps.rows}")
         if not over:
@@ -115,6 +120,8 @@ class ActionHandlers:
         if rewrite and self.options.condition.rewrite == "rule":
             sql = self._rule_rewrite(action.sql)
         turn = TurnDraft(name, sql=sql)
+        request = self._requests  # every estimate/rewrite turn is a request, refused ones too (placebo.is_request)
+        self._requests += 1
         rem = self._ledger.remaining()
         if rem.vm_steps == 0:
             turn.status, turn.message = "rejected", "no VM steps left"
@@ -125,8 +132,7 @@ class ActionHandlers:
         self._ledger.charge_probe(vm_steps=true_est.probe_vm_steps)
         if rewrite:
             self._ledger.record_rewrite()
-        est = self._visible_estimate(true_est)
-        self._requests += 1
+        est = self._visible_estimate(true_est, request)
         if not true_est.error:
             self._candidate, self._candidate_est = sql, est
         warnings = [] if est.error else self._warnings(est)
@@ -153,9 +159,10 @@ class ActionHandlers:
         self._substitutes[policy_sql.strip()] = rule_sql
         return rule_sql
 
-    def _visible_estimate(self, est):
+    def _visible_estimate(self, est, request: int = 0):
         """The estimate the policy is shown: the true one, or under the placebo the payload assigned to this
-        request (`bapsql.env.placebo`)."""
+        episode's ``request``-th estimate request (`bapsql.env.placebo`; a level without recorded payloads raises
+        `ConfigError`, never shows the truth)."""
         if self.options.condition.estimates != "permuted" or est.error:
             return est
         if self.placebo is None:
@@ -163,9 +170,7 @@ class ActionHandlers:
 
             raise ConfigError(f"condition {self.options.condition.name!r} shows permuted estimates: give the env a "
                               "PlaceboPool (the runner records one in a first pass; see bapsql.env.placebo)")
-        shown = self.placebo.shown(self._budget.level, (self._task.task_id, self._seed, self._requests))
-        if shown is None:
-            return est
+        shown = self.placebo.shown(self._budget.level, (self._task.task_id, self._seed, request))
         rows, tokens, steps = (Quantiles(*q) for q in shown)
         return dataclasses.replace(est, rows=rows, result_tokens=tokens, vm_steps=steps)
 
@@ -188,12 +193,16 @@ class ActionHandlers:
             led.record_rejection()
             turn.status = "rejected"
             turn.message = (f"no result tokens can be admitted ({rem.result_tokens} result tokens left, the context "
-                            "has no room for rows)")
+                            "has no room for rows)") if opt.show_dashboard else render.no_room(
+                "result_tokens" if rem.result_tokens == 0 else "context")
             return turn, self._show(render.no_result_room(turn.message))
         res = None if est.error else handle.shield.preflight(est, caps)
         profiler = ResultProfiler() if cond.posthoc != "none" else None
         if res is None:
             res = handle.shield.execute(sql, caps, observe=profiler)
+        words = render.preflight_words(res.rejection) if res.status == "rejected" else None
+        if words is not None and cond.preflight == "words":  # nothing the policy sees quotes the estimate
+            res = dataclasses.replace(res, message=words)
         turn.internal_estimate, turn.shield, turn.status, turn.message = est, res, res.status, res.message
         self._shield_breach |= bool(res.breach)
         if res.status == "rejected" or (res.status == "error" and res.cost.vm_steps == 0):
@@ -205,6 +214,9 @@ class ActionHandlers:
         if res.status == "error":
             led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=0)
             return turn, self._show(render.shield_observation(res))
+        if not opt.show_dashboard and res.status == "truncated":  # its message quotes the caps (the ledger)
+            res = dataclasses.replace(res, message=render.shield_message_words(res))
+            turn.shield, turn.message = res, res.message
         self._executed.append(sql)
         return self._admit(turn, sql, res, caps, profiler)
 
@@ -291,16 +303,19 @@ class ActionHandlers:
         block = store.get(action.ref)
         refusal = None if check.ok else check.message
         need = block.result_tokens if block is not None and action.op == "restore" else 0
+        shown = self.options.show_dashboard  # a hidden dashboard: refusals without ledger figures
         if refusal is None and need > led.remaining().result_tokens:
-            refusal = f"cannot restore {block.ref}: it needs {need} result tokens, {led.remaining().result_tokens} left"
+            refusal = (f"cannot restore {block.ref}: it needs {need} result tokens, {led.remaining().result_tokens} "
+                       "left") if shown else f"cannot restore {block.ref}: {render.no_room('result_tokens')}"
         if refusal is None:
             body = render.block_body(dataclasses.replace(block, state=check.after))
             delta = tx.delta_if(block.ref, body)
-            text = render.evidence_observation(check, block, charged=need)
-            limit = self._budget.context_tokens - self.options.completion_reserve - GENERATION_PROMPT_TOKENS
+            text = render.evidence_observation(check, block, charged=need, show_budget=shown)
+            limit = (self._budget.context_tokens - self.options.completion_reserve
+                     - self.framing.generation_prompt_tokens)
             if tx.live() + delta + tx.cost("tool", text + self._dashboard_text("tool", text)) > limit:
-                refusal = (f"cannot {action.op} {block.ref}: the context cannot take {delta} more tokens; "
-                           "archive or compress other evidence first")
+                room = f"the context cannot take {delta} more tokens" if shown else render.no_room("context")
+                refusal = f"cannot {action.op} {block.ref}: {room}; archive or compress other evidence first"
         if refusal is not None:
             turn.status, turn.message = "refused", refusal
             return turn, self._show(f"manage_evidence refused: {refusal}")
@@ -314,7 +329,7 @@ class ActionHandlers:
             led.charge_controller(self.counter.count(block.profile.render()))
         else:
             led.charge_prompt(self.counter.count(self._block_text(block.ref)))
-        return turn, self._show(render.evidence_observation(check, block, charged=need))
+        return turn, self._show(render.evidence_observation(check, block, charged=need, show_budget=shown))
 
 
 __all__ = ["ActionHandlers"]

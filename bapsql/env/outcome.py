@@ -27,9 +27,13 @@ GOLD_MAX_ROWS = 100_000
 OFFICIAL_MAX_ROWS = 100_000
 
 
-def official_ex(pred_rows: Iterable[Sequence], gold_rows: Iterable[Sequence]) -> bool:
+def official_ex(pred_rows: Iterable[Sequence] | None, gold_rows: Iterable[Sequence]) -> bool:
     """BIRD's execution accuracy: ``set(predicted) == set(gold)`` over row tuples (order and duplicates ignored,
-    1 == 1.0 as in Python). A separate, unbudgeted metric."""
+    1 == 1.0 as in Python). A separate, unbudgeted metric. ``pred_rows`` None — the predicted SQL errored, was
+    refused, exceeded the cap, or no SQL ran at all — is wrong, as in BIRD's script (never an empty result that
+    would match an empty gold result)."""
+    if pred_rows is None:
+        return False
     return set(map(tuple, pred_rows)) == set(map(tuple, gold_rows))
 
 

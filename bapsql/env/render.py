@@ -203,11 +203,16 @@ _PREFLIGHT_WORDS = {
 }
 
 
+def preflight_words(rejection: str | None) -> str | None:
+    """Why a preflight rejected a query, in words only (no estimate, no figure); None for other rejections."""
+    return _PREFLIGHT_WORDS.get(rejection) if rejection is not None else None
+
+
 def shield_observation(res: "ShieldResult", *, numbers: bool = True) -> str:
     """execute_query outcomes that produce no evidence block: rejected or SQL error. ``numbers`` False (conditions
     without estimates): a preflight rejection says why in words only — no estimate, no figure at all."""
     if res.status == "rejected" and not numbers and res.rejection in _PREFLIGHT_WORDS:
-        return (f"execute_query rejected before running: {_PREFLIGHT_WORDS[res.rejection]}. The query did not run; "
+        return (f"execute_query rejected before running: {preflight_words(res.rejection)}. The query did not run; "
                 "no query was charged. Narrow it (filters, aggregation, LIMIT) or answer from what you have.")
     if res.status == "rejected":
         return f"execute_query rejected ({res.rejection}): {res.message} The query did not run; no query was charged."
@@ -225,6 +230,29 @@ def no_query_left() -> str:
     return "execute_query rejected: no queries left. Answer from the evidence you have, or abstain."
 
 
+NO_RESULT_ROOM = "no result room left"
+NO_CONTEXT_ROOM = "no context room left"
+
+
+def no_room(channel: str) -> str:
+    """A refusal's reason in words, without ledger figures (the dashboard is hidden: ``raw``): ``channel`` is
+    ``result_tokens`` or ``context``."""
+    return NO_RESULT_ROOM if channel == "result_tokens" else NO_CONTEXT_ROOM
+
+
+def shield_message_words(res: "ShieldResult") -> str:
+    """An executed result's shield message without the cap figures it quotes (which are the ledger's remaining
+    result tokens and VM steps), for a hidden dashboard."""
+    parts = []
+    if res.truncated_by not in (None, "vm_steps"):
+        parts.append(f"output truncated to {len(res.rows)} rows by the {res.truncated_by.replace('_', ' ')} cap")
+    if res.truncated_by == "vm_steps":
+        parts.append("stopped by the VM-step cap before the query finished; the result is incomplete")
+    elif res.truncated_by is not None and res.rows_total is not None:
+        parts.append(f"the query produced {res.rows_total} rows in all")
+    return "; ".join(parts)
+
+
 def no_result_room(why: str) -> str:
     return (f"execute_query rejected (no_result_tokens): {why}. The query did not run; no query was charged. "
             "Free context with manage_evidence, or answer.")
@@ -234,12 +262,14 @@ def no_vm_steps_left(action: str) -> str:
     return f"{action} rejected: no VM steps left. Answer from the evidence you have, or abstain."
 
 
-def evidence_observation(res: EvidenceOp, block: EvidenceBlock | None, *, charged: int = 0) -> str:
-    """manage_evidence's observation."""
+def evidence_observation(res: EvidenceOp, block: EvidenceBlock | None, *, charged: int = 0,
+                         show_budget: bool = True) -> str:
+    """manage_evidence's observation (``show_budget`` False, the dashboard hidden: no ledger figure)."""
     if not res.ok:
         return f"manage_evidence refused: {res.message}"
     if res.op == "restore":
-        return f"{res.ref} restored in place ({len(block.rows) if block else 0} rows; {charged} result tokens charged)"
+        cost = f"{charged} result tokens charged" if show_budget else "its result tokens charged again"
+        return f"{res.ref} restored in place ({len(block.rows) if block else 0} rows; {cost})"
     return f"{res.ref} {res.after}"
 
 

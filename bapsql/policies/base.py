@@ -81,6 +81,7 @@ class ResultSeen:
     message: str
     truncated_by: str | None = None  # rows | bytes | result_tokens | vm_steps | context (cut to fit) | None
     profile: dict | None = None  # the whole-result profile a post-hoc controller showed instead of the rows
+    rows_total: int | None = None  # the result's row count as shown: a cut listing's "k of N rows shown", else None
 
     @property
     def complete(self) -> bool:
@@ -88,6 +89,7 @@ class ResultSeen:
 
 
 _HEADER = re.compile(r"^(E\d+) \((\w+)\): (\d+) rows x (\d+) columns", re.MULTILINE)
+_CUT_NOTE = re.compile(r"^\[truncated by the \w+ cap: (\d+) of (\d+) rows shown\]", re.MULTILINE)  # render.py
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class Feedback:
             status = info.get("status") or sh.get("status") or "rejected"
             cut_by = sh.get("truncated_by")
             profile = info.get("profile")
+            total = None
             if ref is not None and profile is None:
                 admitted = sh.get("rows") or ()
                 shown = len(admitted)
@@ -128,8 +131,10 @@ class Feedback:
                 if shown < len(admitted) and cut_by is None:
                     cut_by = "context"
                 rows = tuple(tuple(r) for r in admitted[:shown])
+                note = _CUT_NOTE.search(observation)
+                total = int(note.group(2)) if note else None
             result = ResultSeen(ref, info.get("sql") or "", status, tuple(sh.get("columns") or ()), rows,
-                                info.get("message") or "", cut_by, profile)
+                                info.get("message") or "", cut_by, profile, total)
         led = info.get("ledger")
         remaining = dict(led["remaining"]) if (show_dashboard and led) else None
         return cls(observation, info.get("action", ""), info.get("status"), bool(info.get("warning")), seen_est,

@@ -8,9 +8,11 @@ shows it, so the same script is run under every condition:
 1. with probability ``p_direct`` (the episode's seeded coin) it drafts the aggregate, otherwise the broad draft;
 2. if the condition offers ``estimate_query`` it estimates the broad draft, and on a WARNING rewrites it to the
    aggregate when ``rewrite_query`` is offered (under ``rewrite: rule`` the environment substitutes its own rewrite);
-3. it executes the draft and reads what it was shown: a complete result, or a post-hoc profile of the whole
-   result, from which `answer_from_profile` reads the aggregate the question asks for (row count, min, max, mean,
-   most frequent value) — a cut listing answers nothing;
+3. it executes the draft and reads what it was shown (`shown_facts`), the same way under every condition: a
+   post-hoc profile of the whole result, the profile of a complete listing's rows, or a cut listing's row count
+   (its note "k of N rows shown"); `answer_from_profile` reads from these the aggregate the question asks for (row
+   count, min, max, mean at the precision a profile shows, most frequent value) — what they do not determine is
+   not answered (a cut listing determines a row count and nothing else);
 4. when that answered nothing and the dashboard does not show the queries exhausted (or is hidden), it executes the
    aggregate and answers from it;
 5. otherwise it abstains (or, where abstention is not offered, answers from the best rows it saw).
@@ -22,48 +24,12 @@ import dataclasses
 
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
+from bapsql.data.aggregates import question_aggregate as _aggregate
 from bapsql.env.actions import AnswerAction
+from bapsql.env.evidence import MEAN_DECIMALS
 from bapsql.env.posthoc import ResultProfiler
 from bapsql.policies.base import Context, ResultSeen, Script, ScriptedPolicy, answer_from_result, shown_value
 from bapsql.policies.workflows import estimate, execute, give_up, rem, rewrite, warning_reason
-
-
-def _aggregate(gold_sql: str) -> tuple[str, str | None, int | None] | None:
-    """The question's aggregate as (kind, column, decimals): kind in count / max / min / avg / mode; None when the
-    gold query is not one aggregate a profile can show."""
-    try:
-        tree = sqlglot.parse_one(gold_sql, read="sqlite")
-    except sqlglot.errors.ParseError:
-        return None
-    if not isinstance(tree, exp.Select) or len(tree.expressions) != 1:
-        return None
-    node = tree.expressions[0].unalias()
-    decimals = None
-    if isinstance(node, exp.Round):
-        d = node.args.get("decimals")
-        decimals = int(d.name) if isinstance(d, exp.Literal) and d.is_int else 0
-        node = node.this
-    group = tree.args.get("group")
-    if group is not None:  # argmax of a count: SELECT x ... GROUP BY x ORDER BY COUNT(*) DESC LIMIT 1
-        order = tree.args.get("order")
-        if (isinstance(node, exp.Column) and order is not None and len(order.expressions) == 1
-                and isinstance(order.expressions[0].this, exp.Count) and order.expressions[0].args.get("desc")):
-            return "mode", node.name, None
-        return None
-    kinds = {exp.Count: "count", exp.Max: "max", exp.Min: "min", exp.Avg: "avg"}
-    for cls, kind in kinds.items():
-        if isinstance(node, cls):
-            arg = node.this
-            if isinstance(arg, exp.Distinct):
-                return None
-            column = arg.name if isinstance(arg, exp.Column) else None
-            if kind != "count" and column is None:
-                return None
-            return kind, column, decimals
-    return None
 
 
 def answer_from_profile(profile: dict, gold_sql: str) -> Any | None:
@@ -87,7 +53,8 @@ def answer_from_profile(profile: dict, gold_sql: str) -> Any | None:
     if kind == "avg":
         if c["mean"] is None:
             return None
-        return round(c["mean"], decimals) if decimals is not None else shown_value(round(c["mean"], 4))
+        shown = shown_value(round(c["mean"], MEAN_DECIMALS))  # the mean as the profile renders it
+        return round(shown, decimals) if decimals is not None and decimals < MEAN_DECIMALS else shown
     top = c["top"]
     if not top or (len(top) > 1 and top[1][1] == top[0][1]):  # no mode, or a tie the profile cannot break
         return None
@@ -101,6 +68,20 @@ def _profile_of_rows(result: ResultSeen) -> dict:
     return dataclasses.asdict(prof.profile(result.columns, complete=True))
 
 
+def shown_facts(result: ResultSeen) -> dict | None:
+    """What an execution showed about its whole result, as a profile `answer_from_profile` reads: the post-hoc
+    profile; the profile of a complete listing's rows; for a cut listing, only the row count its note shows ("k of N
+    rows shown"); None when nothing about the whole result was shown. The same figure reads the same way whichever
+    condition showed it."""
+    if result.profile is not None:
+        return result.profile
+    if result.complete:
+        return _profile_of_rows(result)
+    if result.rows_total is not None:
+        return {"rows_total": result.rows_total, "columns": []}
+    return None
+
+
 class Drafter(ScriptedPolicy):
     name = "scripted.drafter"
 
@@ -111,15 +92,11 @@ class Drafter(ScriptedPolicy):
         """The answer what was shown determines, or None (see the module docstring, step 3)."""
         if result is None or result.ref is None:
             return None
-        gold, cites = ctx.hint.gold_sql, (result.ref,)
-        if result.profile is not None:
-            value = answer_from_profile(result.profile, gold) if ctx.hint.answer_kind == "scalar" else None
-            return None if value is None else AnswerAction("scalar", (value,), cites)
-        if result.sql.strip() == ctx.hint.naive_sql.strip() and ctx.hint.has_naive:
-            if not result.complete or ctx.hint.answer_kind != "scalar":
-                return None  # a cut listing (or a listing of a list question's superset) answers nothing
-            value = answer_from_profile(_profile_of_rows(result), gold)
-            return None if value is None else AnswerAction("scalar", (value,), cites)
+        broad = result.sql.strip() == ctx.hint.naive_sql.strip() and ctx.hint.has_naive
+        if result.profile is not None or broad:  # a list question's broad listing is a superset: it answers nothing
+            facts = shown_facts(result) if ctx.hint.answer_kind == "scalar" else None
+            value = None if facts is None else answer_from_profile(facts, ctx.hint.gold_sql)
+            return None if value is None else AnswerAction("scalar", (value,), (result.ref,))
         if result.rows or result.status == "ok":
             return answer_from_result(result, ctx.hint.answer_kind)
         return None

@@ -11,8 +11,13 @@
    never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
    process;
 4. runs the `Driver` with a rich progress bar (a placebo method ``P@shuffled_estimate`` runs after the others: its
-   pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`), live metrics to the monitor (W&B offline without an API key, or
-   none), then flushes and closes the writer and writes ``sweep.json`` (config + per-cell summary) beside the logs;
+   pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`;
+   once it ran, how far its shown payloads were from an exact permutation — `placebo_run_stats`, ``unmatched`` — is
+   computed from the logs), live metrics to the monitor (W&B offline without an API key, or none), then flushes and
+   closes the writer and writes ``sweep.json`` (config + per-cell summary + ``placebo``) beside the logs;
+   the monitor then gets the table ``eval/trajectories`` of a few logged trajectories per method × level, one row
+   per turn with the completion and observation text (`bapsql.logs.samples.run_trajectory_table`); the writer keeps
+   turn text as ``cfg.log_text`` says (`bapsql.logs.text`);
 5. returns a `SweepSummary`; `summary_table` renders it (the CLI prints it).
 """
 
@@ -28,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bapsql.experiment import ExperimentConfig, placebo_source_method, resolve_model
+from bapsql.experiment import ExperimentConfig, placebo_source_method
+from bapsql.models.registry import resolve_model
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
 from bapsql.rollout.groups import GroupSampler
@@ -49,6 +55,7 @@ class SweepSummary:
     engines: dict[str, str]  # model method -> engine kind
     setup_s: float
     actor_restarts: dict[str, int] = dataclasses.field(default_factory=dict)  # "env/0" -> restarts (the backend's)
+    placebo: dict[str, dict] = dataclasses.field(default_factory=dict)  # placebo method -> `placebo_run_stats`
 
     @property
     def cells(self) -> tuple[CellStats, ...]:
@@ -90,7 +97,8 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
         keys[method] = [("engine", method, r) for r in range(w.engine_replicas)]
         specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
                             num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in keys[method]]
-    specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), num_cpus=0.1,
+    specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), {"text": cfg.log_text},
+                           num_cpus=0.1,
                            resources=dict(w.writer_resources),
                            placement="driver" if w.writer == "driver" else "default"))
     return specs, keys
@@ -98,14 +106,17 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
 
 def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str | Path | None = None,
               console: Any = None, backend: str = "ray",
-              on_progress: Callable[[int, int, Any], None] | None = None) -> SweepSummary:
-    """Run the sweep (module docstring). ``on_progress(done, total, backend)`` is called as episodes finish."""
+              on_progress: Callable[[int, int, Any], None] | None = None, monitor: Any = None) -> SweepSummary:
+    """Run the sweep (module docstring). ``on_progress(done, total, backend)`` is called as episodes finish.
+    ``monitor``: a `bapsql.logs.monitor.Monitor` to use instead of the one ``cfg.monitor`` makes (the caller
+    closes it)."""
     from bapsql.logs.monitor import make_monitor
     from bapsql.logs.writer import existing_episode_ids
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.runner import load_tasks
 
     t0 = time.perf_counter()
+    placebo_stats: dict[str, dict] = {}
     say = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     run_dir = Path(out_dir) if out_dir is not None else cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -126,8 +137,10 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                                      template_kwargs=dict(s.template_kwargs))
     n_workers = max(1, min(cfg.workers.env_workers, len({t.db_id for t in tasks}) or 1))
     actors, engine_keys = actor_specs(cfg, run_dir, n_workers, agents, engines)
-    monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=cfg.run,
-                           config=cfg.to_dict(), dir=run_dir)
+    own_monitor = monitor is None
+    if own_monitor:
+        monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=cfg.run,
+                               config=cfg.to_dict(), dir=run_dir)
     dcfg = DriverConfig(in_flight=cfg.workers.in_flight, scripted_batch=cfg.workers.scripted_batch,
                         max_reruns=cfg.workers.max_reruns)
     todo = sum(s.episode_id not in done_ids for s in specs)
@@ -180,6 +193,8 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                     write_placebo_pools(run_dir, placebo)
                     later = driver.run([s for s in specs if s.method in placebo], skip=done_ids)
                     result = merge_results(result, later)
+                    _flush_writer(be)
+                    placebo_stats = placebo_run_stats(run_dir, placebo)
             finally:
                 if progress_bar is not None:
                     progress_bar.stop()
@@ -192,14 +207,30 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                          "reruns": result.reruns, "rollout_s": round(result.wall_s, 3),
                          "actor_restarts": sum(restarts.values()),
                          **{f"success/{c.method}/{c.budget}": c.success_rate for c in result.cells}})
+        _log_trajectory_table(monitor, run_dir)
     finally:
-        monitor.close()
+        if own_monitor:
+            monitor.close()
     summary = SweepSummary(cfg.run, run_dir, cfg.split, len(tasks), len(specs), result, backend, n_workers,
-                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3), restarts)
+                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3), restarts,
+                           placebo_stats)
     _write_record(run_dir / "sweep.json", cfg, summary)
     if console is not None:
         console.print(summary_table(summary))
     return summary
+
+
+def _log_trajectory_table(monitor: Any, run_dir: Path) -> None:
+    """Log a few of the run's trajectories, turn by turn, to ``monitor`` (none when nothing is logged yet)."""
+    from bapsql.logs.monitor import NullMonitor
+    from bapsql.logs.reader import part_files
+    from bapsql.logs.samples import TABLE_NAME, run_trajectory_table
+
+    if isinstance(monitor, NullMonitor) or not part_files(run_dir, "episodes") or not part_files(run_dir, "turns"):
+        return
+    rows = run_trajectory_table(run_dir)
+    if rows:
+        monitor.log_table(TABLE_NAME, rows)
 
 
 def merge_results(a: RolloutResult, b: RolloutResult) -> RolloutResult:
@@ -244,6 +275,32 @@ def write_placebo_pools(run_dir: Path, placebo: dict[str, str], *, seed: int = 0
     return counts
 
 
+def placebo_run_stats(run_dir: Path, placebo: dict[str, str]) -> dict[str, dict]:
+    """For each placebo method (→ its source method) that ran: `bapsql.env.placebo.placebo_stats` of its logged
+    estimate requests against the pool it permuted (``run_dir/placebo/<method>.json``), with the source named.
+    Computed from the logs, so it covers every env worker (each holds its own copy of the pool) and resumed runs."""
+    from bapsql.env.placebo import placebo_stats, pool_from_json, request_keys
+    from bapsql.logs.reader import read_episodes, read_turns
+    from bapsql.rollout.groups import sample_seed
+
+    eps, turns = read_episodes(run_dir), read_turns(run_dir)
+    out = {}
+    for method, source in placebo.items():
+        path = run_dir / "placebo" / f"{method}.json"
+        if not path.is_file():
+            continue
+        pool = pool_from_json(json.loads(path.read_text()))
+        mine = turns[turns.method == method].sort_values(["episode_id", "turn"])
+        by_episode = dict(iter(mine.groupby("episode_id", sort=False)))
+        requests = []
+        for r in eps[eps.method == method].itertuples():
+            if r.episode_id in by_episode:
+                requests += request_keys(r.budget, r.task_id, sample_seed(r.seed, r.task_id, r.budget, r.sample),
+                                         by_episode[r.episode_id].itertuples())
+        out[method] = {"source": source, "seed": pool.seed, **placebo_stats(pool.recorded, requests)}
+    return out
+
+
 def _flush_writer(be: Any) -> None:
     """Make everything the writer actor holds durable (blocking)."""
     if hasattr(be, "call"):
@@ -270,7 +327,8 @@ def _write_record(path: Path, cfg: ExperimentConfig, s: SweepSummary) -> None:
               "restarts": r.restarts, "actor_restarts": s.actor_restarts, "generated_tokens": r.generated_tokens,
               "wall_s": round(r.wall_s, 3),
               "setup_s": s.setup_s, "backend": s.backend, "env_workers": s.env_workers, "engines": s.engines,
-              "cells": [dataclasses.asdict(c) | {"success_rate": c.success_rate} for c in r.cells]}
+              "cells": [dataclasses.asdict(c) | {"success_rate": c.success_rate} for c in r.cells],
+              "placebo": s.placebo}
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
     os.replace(tmp, path)

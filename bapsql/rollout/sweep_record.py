@@ -17,8 +17,8 @@ RECORD = "sweep.json"
 
 
 def update_sweep_record(run_dir: str | Path, fields: dict) -> dict:
-    """Merge ``fields`` (run, benchmark, split, methods, calibration, calibration_file, calibration_sha256) into
-    ``run_dir/sweep.json`` atomically and return the record."""
+    """Merge ``fields`` (run, benchmark, split, methods, calibration, calibration_file, calibration_sha256,
+    placebo: {method: `PlaceboPool.stats`}) into ``run_dir/sweep.json`` atomically and return the record."""
     path = Path(run_dir) / RECORD
     record: dict = {}
     if path.is_file():
@@ -32,7 +32,10 @@ def update_sweep_record(run_dir: str | Path, fields: dict) -> dict:
                           f"(sha256 {old[:12]}…), this run uses {fields.get('calibration_file')}; log into another "
                           "folder so the estimators do not mix")
     methods = list(dict.fromkeys([*record.get("methods", []), *fields.get("methods", [])]))
-    record.update({k: v for k, v in fields.items() if k != "methods"}, methods=methods)
+    placebo = {**record.get("placebo", {}), **fields.get("placebo", {})}  # per placebo method, one call each
+    record.update({k: v for k, v in fields.items() if k not in ("methods", "placebo")}, methods=methods)
+    if placebo:
+        record["placebo"] = placebo
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")

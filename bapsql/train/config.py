@@ -6,7 +6,8 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     name: main-4b                 # run family name; a run is <name>-seed<k>
     seeds: [0, 1, 2]              # one adapter per seed
     out_dir: runs/train           # <out_dir>/<name>-seed<k>/{sft,grpo,eval}
-    model: {base: PATH | builtin:tiny, dtype, device, threads, gradient_checkpointing, remote_learner, ...}
+    model: {base: PATH | builtin:tiny | REGISTRY-NAME (smollm2-135m-instruct), dtype, device, threads,
+            gradient_checkpointing, remote_learner, ...}
     lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: null (every linear projection) | [q_proj, ...]}
     data: {benchmark: demo | PATH, split: train, eval_split: dev}
     pretrain: {enabled, hidden_size, num_layers, ..., augment_rounds, corpus_episodes, steps, batch, lr}
@@ -18,6 +19,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
            epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch),
            prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4,
+           empty_gold: exclude | include (tasks whose gold query returns no rows: [] is correct without evidence),
            schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps),
            validate_every: 0 (N: greedy validation every N updates, bapsql.train.validation), validation_tasks: 64,
            keep: last | best (the validated best update is the stage's policy),
@@ -27,11 +29,13 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
-    rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...}
+    rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...,
+              log_text: {mode: sample, share: 0.1}}   # turn text of training rollouts' logs (bapsql.logs.text)
     sync: {tolerance, max_tolerance, delta_tolerance, probe_completion_tokens}
     checkpoint: {every: 10, keep: 3}
     monitor: {kind: wandb | none | memory, project}
-    eval: {enabled, budgets, seeds, limit, conditions: [] (default: the training condition)}
+    eval: {enabled, budgets, seeds, limit, conditions: [] (default: the training condition),
+           log_text: {mode: all}}   # turn text of the evaluation sweep's logs
 
 ``rollout.engine`` is the engine helper's `EngineConfig` mapping (kind vllm | hf, ...) without the model path,
 which the training stage fills in (the SFT-merged model; the adapter is loaded by weight sync).
@@ -51,6 +55,7 @@ from typing import Any, Literal
 from bapsql.budgets import LEVELS
 from bapsql.config import from_mapping
 from bapsql.errors import ConfigError
+from bapsql.logs.text import TextLogConfig
 from bapsql.train.extends import _deep_merge, _read_raw, resolve_extends  # noqa: F401 (re-exported)
 from bapsql.train.filter import FilterConfig
 from bapsql.train.grpo import LossConfig
@@ -66,7 +71,7 @@ from bapsql.train.reward import RewardConfig
 
 @dataclass(frozen=True)
 class ModelSection:
-    base: str  # a transformers folder, or "builtin:tiny" (bapsql.experiment.resolve_model builds it locally)
+    base: str  # a transformers folder, "builtin:tiny" or a registry name (bapsql.models.registry.resolve_model)
     dtype: Dtype = "bfloat16"
     device: str = "auto"
     threads: int | None = None
@@ -186,6 +191,10 @@ class GRPOSection:
     # SFT memorised (bapsql.train.pipeline.grpo_tasks)
     prompts: Literal["split", "augmented"] = "split"
     prompt_rounds: int = 4
+    # tasks whose gold query returns no rows (bapsql.data.benchmark.empty_gold): an answer of [] is correct there
+    # without any evidence, which RL learns to exploit; "exclude" leaves them out of GRPO's prompts (how many:
+    # <grpo>/prompts.json), "include" puts them back
+    empty_gold: Literal["exclude", "include"] = "exclude"
     # the learning rate over the run's optimizer steps (updates x epochs x mini_batches), after warmup_steps;
     # "cosine" ends near 0, so the last updates' few noisy groups cannot throw the final policy far
     schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -243,6 +252,10 @@ class RolloutSection:
     use_ray: bool = True  # False: the same actors in-process (tests, debugging)
     write_trajectories: bool = True  # log every training trajectory as Parquet under <run>/grpo/rollouts
     method: str = "model.policy"  # the method name rollouts are logged under
+    # which training episodes' turns keep their completion / observation text (bapsql.logs.text): a deterministic
+    # tenth by episode id — rollouts are many (groups x samples x updates) and mostly read in aggregate, while a
+    # tenth still shows every update's failure modes; set {mode: all} to debug a run, {mode: none} to save space
+    log_text: TextLogConfig = TextLogConfig(mode="sample", share=0.1)
 
     def __post_init__(self) -> None:
         if self.env_workers < 1 or self.engine_replicas < 1 or self.in_flight < 1:
@@ -299,6 +312,7 @@ class EvalSection:
     extra_splits: tuple[str, ...] = ()  # more splits swept and reported separately (report_<split>/), e.g. [dev]
     samples_per_group: int = 1  # episodes per (task, budget, seed): >1 with temperature > 0
     top_p: float = 1.0
+    log_text: TextLogConfig = TextLogConfig()  # the sweep's turn text (bapsql.logs.text): every episode's
 
 
 @dataclass(frozen=True)
@@ -358,8 +372,11 @@ class TrainConfig:
         s = self.sft if stage == "sft" else self.grpo
         if stage == "grpo":
             total_steps *= self.grpo.epochs * self.grpo.mini_batches
-        # GRPO's learner scores the tokens under the distribution they were sampled from (logits / T; greedy is T=1)
-        temperature = self.grpo.temperature if stage == "grpo" and self.grpo.temperature > 0 else 1.0
+        # GRPO's learner scores the tokens under the distribution they were sampled from: logits / T over the top-p
+        # nucleus (the engines' processed logprobs); greedy rollouts report the raw distribution (T = 1, no nucleus)
+        sampled = stage == "grpo" and self.grpo.temperature > 0
+        temperature = self.grpo.temperature if sampled else 1.0
+        top_p = self.grpo.top_p if sampled else 1.0
         optim = OptimConfig(lr=s.lr, warmup_steps=s.warmup_steps,
                             schedule=self.sft.schedule if stage == "sft" else self.grpo.schedule,
                             total_steps=max(1, total_steps),
@@ -368,7 +385,8 @@ class TrainConfig:
                              micro_batch_tokens=s.micro_batch_tokens, dtype=self.model.dtype,
                              device=self.model.device, threads=self.model.threads,
                              gradient_checkpointing=self.model.gradient_checkpointing, seed=seed,
-                             temperature=temperature, logprob_chunk_tokens=self.model.logprob_chunk_tokens)
+                             temperature=temperature, top_p=top_p,
+                             logprob_chunk_tokens=self.model.logprob_chunk_tokens)
 
 
 def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -17,8 +17,9 @@ Every stage of seed ``k`` works in ``run_dir = <out_dir>/<name>-seed<k>``:
 - `run_recipe` runs the stages in order inside one Ray session (a private local Ray, or the cluster at
   ``rollout.ray_address``), skipping SFT when its outputs exist.
 
-The base model ``builtin:tiny`` is the tiny Qwen-architecture model the rollout helpers share
-(`bapsql.experiment.resolve_model`), built into the cache dir on first use.
+``model.base`` goes through `bapsql.models.registry.resolve_model`: ``builtin:tiny`` is the tiny Qwen-architecture
+model the rollout helpers share, built into the cache dir on first use; a registry name (``smollm2-135m-instruct``)
+is fetched into the cache dir on first use.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from bapsql.errors import ConfigError
 from bapsql.train.config import TrainConfig
@@ -67,7 +68,7 @@ def _say(console: Any, msg: str) -> None:
 
 def base_model(cfg: TrainConfig, console: Any = None, *, seed: int | None = None) -> Path:
     """The base model: the pretraining stage's output when ``pretrain.enabled``, else ``model.base``."""
-    from bapsql.experiment import resolve_model
+    from bapsql.models.registry import resolve_model
 
     if cfg.pretrain.enabled:
         path = cfg.run_dir(cfg.seeds[0] if seed is None else seed) / "pretrain" / "model"
@@ -170,11 +171,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
-def grpo_tasks(cfg: TrainConfig, seed: int, root: Path) -> list[Any]:
-    """GRPO's prompts under ``grpo.prompts``: the tasks of ``data.split`` (SFT's own), or ``grpo.prompt_rounds``
-    rounds of augmented tasks on its databases (`bapsql.data.augment`, seed ``seed + 2``: the pretraining corpus
-    draws with ``seed + 1``) with no question of ``data.split`` or ``data.eval_split``; ``data.limit`` keeps the
-    first N either way. Raises `ConfigError` when none are left."""
+def grpo_prompt_tasks(cfg: TrainConfig, seed: int, root: Path) -> tuple[list[Any], list[Any]]:
+    """GRPO's prompts under ``grpo.prompts`` and the empty-gold tasks set aside: the tasks of ``data.split`` (SFT's
+    own), or ``grpo.prompt_rounds`` rounds of augmented tasks on its databases (`bapsql.data.augment`, seed
+    ``seed + 2``: the pretraining corpus draws with ``seed + 1``) with no question of ``data.split`` or
+    ``data.eval_split``; tasks whose gold query returns no rows (`bapsql.data.benchmark.empty_gold`: ``[]`` is
+    correct there without evidence) are set aside unless ``grpo.empty_gold: include``; ``data.limit`` then keeps
+    the first N prompts. Raises `ConfigError` when none are left."""
+    from bapsql.data.benchmark import empty_gold
     from bapsql.rollout.runner import load_tasks
 
     split = load_tasks(root, cfg.data.split)
@@ -185,12 +189,74 @@ def grpo_tasks(cfg: TrainConfig, seed: int, root: Path) -> list[Any]:
 
         tasks = augment_tasks(root, cfg.data.split, cfg.grpo.prompt_rounds, seed=seed + 2,
                               exclude=[*split, *load_tasks(root, cfg.data.eval_split)])
+    empty = [t for t in tasks if empty_gold(t)]
+    if cfg.grpo.empty_gold == "exclude":
+        tasks = [t for t in tasks if not empty_gold(t)]
     tasks = tasks if cfg.data.limit is None else tasks[:cfg.data.limit]
     if not tasks:
         raise ConfigError(f"grpo.prompts {cfg.grpo.prompts!r}: data.split {cfg.data.split!r} gives no tasks"
                           + (" (the embedded generator knows none of its databases)"
-                             if cfg.grpo.prompts == "augmented" else ""))
-    return tasks
+                             if cfg.grpo.prompts == "augmented" else "")
+                          + (f" ({len(empty)} with an empty gold answer left out: grpo.empty_gold: include)"
+                             if empty and cfg.grpo.empty_gold == "exclude" else ""))
+    return tasks, empty
+
+
+def grpo_tasks(cfg: TrainConfig, seed: int, root: Path) -> list[Any]:
+    """GRPO's prompts (`grpo_prompt_tasks`)."""
+    return grpo_prompt_tasks(cfg, seed, root)[0]
+
+
+def write_prompt_record(cfg: TrainConfig, tasks: Sequence[Any], empty: Sequence[Any], grpo_dir: Path) -> Path:
+    """``<grpo_dir>/prompts.json``: how many prompts GRPO draws from (``tasks``) and how many empty-gold tasks
+    (``empty``, `grpo_prompt_tasks`) it left out under ``grpo.empty_gold``; returns the path."""
+    record = {"source": cfg.grpo.prompts, "prompts": len(tasks), "empty_gold": cfg.grpo.empty_gold,
+              "empty_gold_tasks": len(empty), "empty_gold_left_out": len(empty) if cfg.grpo.empty_gold == "exclude"
+              else 0, "task_ids": [t.task_id for t in tasks]}
+    path = Path(grpo_dir) / "prompts.json"
+    _atomic_write(path, json.dumps(record, indent=1))
+    return path
+
+
+def tree_sha256(path: Path) -> str:
+    """SHA-256 over a file or a folder's files (relative names and bytes, in sorted order): an adapter's identity."""
+    import hashlib
+
+    root = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
+        h.update(f.relative_to(root.parent if root.is_file() else root).as_posix().encode() + b"\0")
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _flat_config(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat_config(v, f"{prefix}{k}."))
+        return out
+    value = list(obj) if isinstance(obj, tuple) else obj
+    return {prefix[:-1]: value if isinstance(value, (str, int, float, bool, list, type(None))) else str(value)}
+
+
+def write_grpo_start(cfg: TrainConfig, seed: int, base: Path, grpo_dir: Path) -> Path:
+    """``<grpo_dir>/start.json``: what the GRPO stage starts from — the model it trains a fresh LoRA on (``base``),
+    the SFT adapter behind it and its `tree_sha256` (None with ``grpo.sft_init: none``), and the whole training
+    config flattened to ``section.key`` — so two stages (Table 2's ``rl_full`` and ``rl_sql``) can be shown to start
+    from the same SFT adapter and to differ only in the reward. Returns the path."""
+    adapter = sft_dir(cfg, seed) / "adapter"
+    from_sft = cfg.grpo.sft_init == "merged" and adapter.is_dir()
+    record = {"seed": seed, "init_model": str(base), "sft_init": cfg.grpo.sft_init,
+              "sft_adapter": str(adapter) if from_sft else None,
+              "sft_adapter_sha256": tree_sha256(adapter) if from_sft else None, "config": _flat_config(cfg)}
+    path = Path(grpo_dir) / "start.json"
+    _atomic_write(path, json.dumps(record, indent=1, sort_keys=True, default=str))
+    return path
 
 
 def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console: Any = None,
@@ -206,9 +272,12 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     grpo_dir = run_dir / subdir
     grpo_dir.mkdir(parents=True, exist_ok=True)
     base = policy_base(cfg, seed, console)
+    write_grpo_start(cfg, seed, base, grpo_dir)
     root = resolve_benchmark(cfg.data.benchmark, announce=lambda m: _say(console, m))
-    tasks = grpo_tasks(cfg, seed, root)
-    _say(console, f"GRPO prompts: {len(tasks)} tasks ({cfg.grpo.prompts})")
+    tasks, empty = grpo_prompt_tasks(cfg, seed, root)
+    write_prompt_record(cfg, tasks, empty, grpo_dir)
+    _say(console, f"GRPO prompts: {len(tasks)} tasks ({cfg.grpo.prompts}); {len(empty)} with an empty gold answer "
+                  + ("left out (grpo.empty_gold: exclude)" if cfg.grpo.empty_gold == "exclude" else "kept"))
     every = cfg.grpo.validate_every
     val_tasks = validation_tasks(cfg, seed, root, exclude=tasks) if every else []
     total = cfg.grpo.updates if updates is None else updates
@@ -218,7 +287,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
                        validation=val_tasks)
     learner, trainer = setup.learner, setup.trainer
     history_path = grpo_dir / "history.jsonl"
-    validator = Validator(setup.rollouts, learner, val_tasks, cfg.budgets.levels, grpo_dir) if every else None
+    validator = Validator(setup.rollouts, learner, val_tasks, cfg.budgets.levels, grpo_dir,
+                          monitor=setup.monitor) if every else None
     try:
         first = trainer.start(resume=resume)
         resumed_from = trainer.update

@@ -261,6 +261,35 @@ def rl_config(cfg: TrainConfig, stage: str) -> TrainConfig:
     return dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, variant=RL_REWARDS[stage]))
 
 
+@dataclass(frozen=True)
+class RLPair:
+    """How Table 2's two RL stages of one seed started (their ``start.json``, `bapsql.train.pipeline.write_grpo_start`):
+    ``same_start`` — the same SFT adapter (by hash) and init model; ``differences`` — the config keys in which they
+    differ (``("reward.variant",)`` when only the reward does)."""
+
+    sft_adapter_sha256: str | None
+    same_start: bool
+    differences: tuple[str, ...]
+
+
+def rl_pair(cfg: Table2Config, seed: int) -> RLPair:
+    """`RLPair` of seed ``seed`` from ``rl_full/start.json`` and ``rl_sql/start.json``; `ConfigError` when a stage
+    has not started yet."""
+    run = cfg.train.run_dir(seed)
+    starts = []
+    for stage in RL_REWARDS:
+        path = run / stage / "start.json"
+        if not path.is_file():
+            raise ConfigError(f"{path}: missing; the {stage} stage writes it when it starts (run it first)")
+        starts.append(json.loads(path.read_text()))
+    a, b = starts
+    keys = sorted(set(a["config"]) | set(b["config"]))
+    diff = tuple(k for k in keys if a["config"].get(k) != b["config"].get(k))
+    same = (a["sft_adapter_sha256"] is not None and a["sft_adapter_sha256"] == b["sft_adapter_sha256"]
+            and a["init_model"] == b["init_model"])
+    return RLPair(a["sft_adapter_sha256"], same, diff)
+
+
 def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, Path]:
     """Engine name -> merged model folder of the rows (`table2_rows`)."""
     from bapsql.train.pipeline import base_model, sft_dir

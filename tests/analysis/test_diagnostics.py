@@ -80,3 +80,28 @@ def test_failure_taxonomy_counts_kinds_in_ladder_order():
     assert [f.budget for f in out] == ["XS", "S"]
     assert out[0].counts == {"some_future_kind": 1}
     assert out[1].episodes == 3 and out[1].counts == {"terminal_rejection": 2}
+
+
+def test_a_run_stopped_by_the_vm_step_cap_is_a_miss_when_its_p95_was_below_the_cap():
+    """Issue 30, item 7. At XS (250,000 VM steps) a run after a 100-step probe had a cap of 249,900 steps; stopped
+    there, it spent 249,000 (the shield stops short of the cap). Its true cost exceeds the cap: a p95 of 249,500 is
+    a miss (today it reads as covered, 249,000 <= 249,500), a p95 above the cap is unknown (left out, counted).
+    Preflight-rejected queries never ran: reported apart."""
+    stopped = dict(method="m", budget="XS", action="execute_query", status="truncated", actual_rows=None,
+                   actual_result_tokens=None, actual_vm_steps=249_000, est_vm_steps_p50=90_000.0,
+                   vm_steps_before=0, vm_steps_after=249_100)
+    rows = [
+        {**stopped, "est_vm_steps_p95": 249_500.0},
+        {**stopped, "est_vm_steps_p95": 400_000.0},
+        dict(method="m", budget="XS", action="execute_query", status="ok", actual_rows=3, actual_vm_steps=1_000,
+             est_rows_p50=2.0, est_rows_p95=5.0, est_vm_steps_p50=1_500.0, est_vm_steps_p95=2_000.0,
+             vm_steps_after=1_100),
+        dict(method="m", budget="XS", action="execute_query", status="rejected", est_vm_steps_p50=900_000.0,
+             est_vm_steps_p95=1_200_000.0, vm_steps_after=100),
+    ]
+    cov = {(c.budget, c.quantity): c for c in estimator_coverage(turns_table(rows).to_pandas())}
+    vm = cov[(None, "vm_steps")]
+    assert (vm.n_p95, vm.p95) == (2, pytest.approx(50.0))  # the stopped run below the cap is a miss
+    assert (vm.n_p50, vm.p50) == (3, pytest.approx(100 / 3))  # at p50 both stopped runs miss (90,000 < cap)
+    assert vm.stopped == 2 and vm.censored_p95 == 1 and vm.preflight_rejected == 1
+    assert cov[("XS", "rows")].preflight_rejected == 1 and cov[("XS", "rows")].stopped == 2

@@ -83,3 +83,57 @@ def test_report_renders_in_headless_chromium(tmp_path):
         assert img.size == (1280, 2000)
         colours = img.convert("RGB").getcolors(maxcolors=1_000_000)
     assert colours is not None and len(colours) > 200  # text, tables and an embedded figure, not a blank page
+
+
+def test_official_ex_states_its_denominator(tmp_path):
+    """Issue 30, item 3: the report says over how many episodes Official EX is a mean, and what counts as wrong."""
+    rows = [dict(method=m, budget=b, task_id=f"t{i}", db_id=f"d{i % 5}", success=i % 2 == 0,
+                 official_ex=(i % 4 != 0) if (m == "a" or i < 10) else None)
+            for m in ("a", "b") for b in LADDER for i in range(20)]
+    write_run(tmp_path / "r", episodes_table(rows))
+    summary = summarize(load_runs([tmp_path / "r"]), replicates=50, seed=0)
+    assert summary.cell("a", "XS").official_ex_n == 20 and summary.cell("b", "XS").official_ex_n == 10
+    md = render_markdown(summary)
+    assert "| a | 20 / 20 | 20 / 20 | 20 / 20 | 20 / 20 |" in md
+    assert "| b | 10 / 20 | 10 / 20 | 10 / 20 | 10 / 20 |" in md
+    assert "ran no SQL" in md  # the rule for what counts as wrong is stated
+
+
+def test_coverage_reports_stopped_and_rejected_runs_apart_and_the_placebo_record(tmp_path):
+    """Issue 30, items 4 and 7: the report's coverage table shows cap-stopped and preflight-rejected runs apart, and
+    a placebo run's record (sweep.json: how far from an exact permutation) reaches the report."""
+    import json
+
+    from tests.analysis.helpers import turns_table
+
+    rows = [dict(method=m, budget=b, task_id=f"t{i}", db_id=f"d{i % 3}", success=i % 2 == 0)
+            for m in ("p@full", "p@shuffled_estimate") for b in LADDER for i in range(6)]
+    turns = [dict(method="p@full", budget="XS", action="execute_query", status="truncated", actual_vm_steps=249_000,
+                  est_vm_steps_p50=9e4, est_vm_steps_p95=249_500.0, vm_steps_after=249_100),
+             dict(method="p@full", budget="XS", action="execute_query", status="rejected", est_vm_steps_p50=9e5,
+                  est_vm_steps_p95=1.2e6),
+             dict(method="p@full", budget="XS", action="execute_query", status="ok", actual_vm_steps=10,
+                  est_vm_steps_p50=20.0, est_vm_steps_p95=30.0, actual_rows=1, est_rows_p50=1.0, est_rows_p95=1.0)]
+    write_run(tmp_path / "r", episodes_table(rows), turns_table(turns))
+    (tmp_path / "r" / "sweep.json").write_text(json.dumps({"placebo": {"p@shuffled_estimate": {
+        "source": "p@full", "recorded": 40, "requests": 42, "shown": 42, "extra": 3, "unused": 1, "unmatched": 4}}}))
+    summary = summarize(load_runs([tmp_path / "r"]), replicates=50, seed=0)
+    assert summary.placebo["p@shuffled_estimate"]["unmatched"] == 4
+    md = render_markdown(summary)
+    assert "| p@full | vm steps | 50.0 | 50.0 | 2 | 1 | 0 | 1 |" in md
+    assert "Cost-matched placebo" in md and "| p@shuffled_estimate | p@full | 42 | 3 | 1 | 4 | no |" in md
+
+
+def test_the_report_counts_tasks_with_an_empty_gold_answer(tmp_path):
+    """Issue 30, item 9: an answer of [] is correct without evidence where the gold query returns no rows; the
+    report says how many such tasks the runs hold and how methods fare on them."""
+    empty, full = '{"kind": "list", "values": []}', '{"kind": "scalar", "values": [3]}'
+    rows = [dict(method=m, budget=b, task_id=f"t{i}", db_id=f"d{i % 3}", gold=empty if i < 2 else full,
+                 success=(i < 2) if m == "rl" else i % 2 == 0)
+            for m in ("rl", "sft") for b in LADDER for i in range(8)]
+    write_run(tmp_path / "r", episodes_table(rows))
+    summary = summarize(load_runs([tmp_path / "r"]), replicates=50, seed=0)
+    assert summary.empty_gold["tasks"] == 2 and summary.empty_gold["of_tasks"] == 8
+    assert summary.empty_gold["success"] == {"rl": 100.0, "sft": 50.0}
+    md = render_markdown(summary)
+    assert "2 of 8 tasks" in md and "empty gold" in md.lower()

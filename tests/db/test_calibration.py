@@ -153,3 +153,29 @@ def test_collect_samples_pairs_raw_estimates_with_actuals(tmp_path):
             assert s.raw.rows >= 0 and s.raw.vm_steps > 0 and s.raw.row_tokens > 0 and s.raw.header_tokens > 0
         assert samples[1].raw.rows_exact and samples[1].raw.rows == samples[1].rows == 1.0
         assert math.isfinite(samples[0].raw.rows_ub)
+
+
+def test_runs_stopped_by_the_vm_step_cap_are_misses_when_p95_was_below_the_cap(tmp_path):
+    """Issue 30, item 7: a query the collection cap stopped cost more than the cap. It is kept as a sample: for VM
+    steps a miss when the p95 was below the cap, unknown (left out) when above; its rows and result tokens are
+    unknown; fitting never uses it."""
+    import dataclasses
+
+    from bapsql.db.calibration import Calibration, QuantityCalibration, coverage, fit_calibration
+
+    db = build_shop(tmp_path / "shop.sqlite", n_orders=5_000)
+    sqls = ["SELECT count(*) FROM customers", "SELECT count(*) FROM orders a, orders b"]
+    with open_database(db, token_counter=RegexTokenCounter(), cache_dir=tmp_path / "cache") as h:
+        samples = collect_samples(h, sqls, vm_step_cap=2_000_000)
+    assert [s.sql for s in samples] == sqls and [s.stopped for s in samples] == [False, True]
+    stopped = samples[1]
+    assert stopped.vm_steps == 2_000_000 and math.isnan(stopped.rows) and math.isnan(stopped.result_tokens)
+    ident = Calibration.identity()
+    low = dataclasses.replace(ident, vm_steps=QuantityCalibration(Factors(1e-9, 1e-9)))  # p95 far below the cap
+    high = dataclasses.replace(ident, vm_steps=QuantityCalibration(Factors(1e6, 1e6)))  # p95 far above the cap
+    cov_low, cov_high = coverage(samples, low), coverage(samples, high)
+    assert cov_low["vm_steps"]["n"] == 2 and cov_low["vm_steps"]["stopped"] == 1
+    assert cov_low["vm_steps"]["p95"] <= 0.5  # the stopped run is a miss
+    assert cov_high["vm_steps"]["n"] == 1 and cov_high["vm_steps"]["p95"] == 1.0  # unknown: left out
+    assert cov_low["rows"]["n"] == 1 and cov_low["result_tokens"]["n"] == 1  # its rows and tokens are unknown
+    assert fit_calibration(samples, min_shape_samples=1) == fit_calibration(samples[:1], min_shape_samples=1)

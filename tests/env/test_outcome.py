@@ -42,3 +42,33 @@ def test_gold_answer_from_sql(people_db, handles):
     assert gold_answer(Task("t", "p", str(people_db), "q", "SELECT count(*) FROM person"), sandbox, 10) is None
     typed = Task("t", "p", str(people_db), "q", "SELECT 1", gold=GOLD)
     assert gold_answer(typed, sandbox, 10**7) is GOLD
+
+
+# ------------------------------------------------------------------------ issue 30, item 3: Official EX as BIRD
+def test_official_ex_of_a_failed_prediction_is_wrong():
+    from bapsql.env.outcome import official_ex
+
+    assert official_ex([], []) and official_ex([(1,)], [(1.0,)])
+    assert not official_ex(None, [])  # errored / over the cap: wrong, even against an empty gold result
+
+
+def test_episode_official_ex_counts_failed_and_missing_sql_as_wrong(make_env, task):
+    from bapsql.budgets import Budget
+    from bapsql.env.actions import Abstain, AnswerAction, ExecuteQuery, render_action
+
+    empty_gold = Task("e", "people", task.db_path, "Who is older than 1000?",
+                      "SELECT name FROM person WHERE age > 1000")
+    roomy = Budget("roomy", context_tokens=6000, queries=2, result_tokens=500, vm_steps=10**8, turns=5)
+    env = make_env(gold_vm_step_cap=200_000)  # the gold query fits the official cap, the cross join does not
+    env.reset(empty_gold, roomy)
+    env.step(render_action(ExecuteQuery("SELECT count(*) FROM person a, person b WHERE a.age > 1000 + b.age")))
+    assert env.turn_records[-1].status == "ok"
+    env.step(render_action(AnswerAction("list", (), ("E1",))))
+    assert env.summary().official_ex is False  # today: its failed official run became [] == the empty gold
+    env.reset(empty_gold, roomy)
+    env.step(render_action(Abstain("no")))
+    assert env.summary().official_ex is False  # no SQL ran: wrong, not left out of the mean
+    env.reset(empty_gold, roomy)
+    env.step(render_action(ExecuteQuery("SELECT name FROM person WHERE age > 2000")))
+    env.step(render_action(AnswerAction("list", (), ("E1",))))
+    assert env.summary().official_ex is True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,10 +39,134 @@ def test_shown_payloads_are_a_permutation_of_the_recorded_ones(keys, seed):
 
 
 def test_an_unrecorded_request_draws_from_the_same_levels_pool():
+    import pytest
+
+    from bapsql.errors import ConfigError
+
     pool = PlaceboPool([("XS", ("t", 0, 0), _payload(1)), ("XS", ("u", 0, 0), _payload(2))], seed=3)
     extra = pool.shown("XS", ("t", 0, 7))
-    assert extra in (_payload(1), _payload(2)) and pool.unmatched == 1
-    assert pool.shown("S", ("t", 0, 0)) is None  # a level that recorded nothing shows the truth
+    assert extra in (_payload(1), _payload(2)) and pool.extra == 1
+    with pytest.raises(ConfigError, match="recorded no estimate"):  # never the truth: refused
+        pool.shown("S", ("t", 0, 0))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_unrecorded_requests_draw_without_replacement_while_the_pool_lasts(seed):
+    """Issue 30, item 4: requests the recording pass never made take the level's payloads without replacement."""
+    recorded = [("XS", (f"t{i}", 0, 0), _payload(i)) for i in range(5)]
+    pool = PlaceboPool(recorded, seed=seed)
+    drawn = [pool.shown("XS", (f"new{i}", 0, 0)) for i in range(5)]
+    assert Counter(drawn) == Counter(p for _, _, p in recorded)  # each payload once: the pool is used up
+    assert pool.shown("XS", ("new5", 0, 0)) in {p for _, _, p in recorded}  # then a fresh round
+    assert pool.extra == 6 and pool.unmatched == 6 + 5  # 5 recorded requests were never made here
+
+
+# ------------------------------------------------------------------------------ issue 30, item 4: on the env
+class _IdentityPool(PlaceboPool):
+    """A "placebo" that shows every request its own recorded payload: the check below must reject it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for level, key, payload in self.recorded:
+            self._assigned[level][key] = payload
+
+
+def _payload_of(est):
+    return (est.rows.p50, est.rows.p95, est.result_tokens.p50, est.result_tokens.p95, est.vm_steps.p50,
+            est.vm_steps.p95)
+
+
+def _play_placebo(make_env, tasks, pool_cls, policy="workflow.justified_abstention"):
+    """Record with the truth, then play under the placebo; returns (pool, [(true, shown)], execute estimates)."""
+    policy = make_policy(policy)
+    env = make_env(condition=condition("shuffled_estimate"))
+    pool = record_placebo(env, policy, tasks, [XS, S], [0])
+    env.placebo = pool_cls(pool.recorded, seed=1)
+    pairs, executes = [], {}
+    orig = env._visible_estimate
+
+    def spy(est, *args):
+        shown = orig(est, *args)
+        pairs.append((_payload_of(est), _payload_of(shown)))
+        return shown
+
+    env._visible_estimate = spy
+    for level in (XS, S):
+        for t in tasks:
+            play_episode(env, policy, t, level, 0)
+            for rec in env.turn_records:
+                if rec.action == "execute_query" and rec.est_vm_steps_p50 is not None:
+                    executes[(level.level, t.task_id, rec.sql)] = (rec.est_rows_p95, rec.est_vm_steps_p50)
+    return env.placebo, pairs, executes
+
+
+def _check_placebo(pool, pairs):
+    """The placebo's contract: with no unmatched request the shown multiset is the true one, and it is a real
+    permutation (the payloads move between requests)."""
+    assert pool.shown_count == len(pairs) > 0
+    if pool.unmatched == 0:
+        assert Counter(s for _, s in pairs) == Counter(t for t, _ in pairs)
+    assert len({t for t, _ in pairs}) > 1 and any(t != s for t, s in pairs), "the shown payloads are the true ones"
+
+
+def _tasks(people_db):
+    return [Task(task_id=f"t{i}", db_id="people", db_path=str(people_db), question=f"q{i}", gold_sql=sql)
+            for i, sql in enumerate(["SELECT count(*) FROM person WHERE age > 40", "SELECT max(age) FROM person",
+                                     "SELECT count(*) FROM city", "SELECT name FROM person WHERE city_id = 2",
+                                     "SELECT count(*) FROM person a, city b"])]
+
+
+def test_the_shown_multiset_is_the_true_one_and_an_identity_placebo_fails(make_env, people_db):
+    import pytest
+
+    tasks = _tasks(people_db)
+    pool, pairs, executes = _play_placebo(make_env, tasks, PlaceboPool)
+    assert pool.unmatched == 0  # a policy whose requests do not depend on the numbers it is shown
+    _check_placebo(pool, pairs)
+    ident, ident_pairs, _ = _play_placebo(make_env, tasks, _IdentityPool)
+    with pytest.raises(AssertionError, match="true ones"):
+        _check_placebo(ident, ident_pairs)
+    # the shield keeps the true estimate: the executions' estimates are those of the truthful condition
+    truth = make_env(condition=condition("full"))
+    policy = make_policy("workflow.justified_abstention")
+    for level in (XS, S):
+        for t in tasks:
+            play_episode(truth, policy, t, level, 0)
+            for rec in truth.turn_records:
+                key = (level.level, t.task_id, rec.sql)
+                if rec.action == "execute_query" and key in executes:
+                    assert executes[key] == (rec.est_rows_p95, rec.est_vm_steps_p50)
+
+
+def test_rejected_estimate_turns_count_alike_on_both_sides(make_env, task):
+    """A rejected estimate turn (here: the database was busy) is a request on both sides of the placebo."""
+    from bapsql.env.actions import EstimateQuery, render_action
+    from bapsql.env.placebo import payloads_from_turns
+
+    def play(env):
+        env.reset(task, XS, seed=0)
+        orig, calls = env._busy, []
+
+        def busy_once(turn):
+            calls.append(1)
+            if len(calls) == 1:
+                turn.status, turn.message = "rejected", "the database is busy"
+                return True
+            return orig(turn)
+
+        env._busy = busy_once
+        for sql in ("SELECT * FROM person", "SELECT * FROM person WHERE age > 30"):
+            env.step(render_action(EstimateQuery(sql)))
+        del env._busy
+        return env
+
+    rec = play(make_env(condition=condition("full")))
+    recorded = payloads_from_turns("XS", task.task_id, 0, rec.turn_records)
+    assert [key[2] for _, key, _ in recorded] == [1]  # the rejected turn was request 0
+    env = make_env(condition=condition("shuffled_estimate"))
+    env.placebo = PlaceboPool(recorded, seed=0)
+    play(env)
+    assert env.placebo.unmatched == 0 and env.placebo.extra == 0
 
 
 def test_the_env_shows_the_permuted_payload_and_the_shield_keeps_the_truth(make_env, people_db, tmp_path):
@@ -87,4 +212,15 @@ def test_a_permuted_condition_without_a_pool_is_a_clear_error(make_env, task):
     env = make_env(condition=condition("shuffled_estimate"))
     env.reset(task, XS)
     with pytest.raises(ConfigError, match="PlaceboPool"):
+        env.step(render_action(EstimateQuery("SELECT * FROM person")))
+
+
+def test_a_level_without_recorded_payloads_is_refused_never_shown_the_truth(make_env, task):
+    from bapsql.env.actions import EstimateQuery, render_action
+    from bapsql.errors import ConfigError
+
+    env = make_env(condition=condition("shuffled_estimate"))
+    env.placebo = PlaceboPool([("XS", (task.task_id, 0, 0), _payload(1))], seed=0)
+    env.reset(task, S, seed=0)
+    with pytest.raises(ConfigError, match="'S' recorded no estimate payloads"):
         env.step(render_action(EstimateQuery("SELECT * FROM person")))

@@ -115,3 +115,15 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     # both RL stages trained from the same SFT model with their own reward
     done = json.loads((report / "table2.json").read_text())
     assert {r["key"] for r in done["rows"]} == {"raw", "dashboard", "adaptive_posthoc", "sft", "sql_rl", "bap_rl"}
+    # issue 30, item 8: ... the same SFT adapter, by hash, and the same config but for the reward
+    from bapsql.train.pipeline import tree_sha256
+    from bapsql.train.table2 import load_table2_config, rl_pair
+
+    starts = [json.loads((run / stage / "start.json").read_text()) for stage in ("rl_full", "rl_sql")]
+    assert starts[0]["sft_adapter_sha256"] == starts[1]["sft_adapter_sha256"] == tree_sha256(run / "sft" / "adapter")
+    assert starts[0]["init_model"] == starts[1]["init_model"] == str(run / "sft" / "merged")
+    assert (starts[0]["config"]["reward.variant"], starts[1]["config"]["reward.variant"]) == ("full", "correctness")
+    assert {k for k in starts[0]["config"] if starts[0]["config"][k] != starts[1]["config"].get(k)} == {
+        "reward.variant"}
+    pair = rl_pair(load_table2_config(cfg, out_dir=str(out)), 0)
+    assert pair.same_start and pair.differences == ("reward.variant",)

@@ -114,3 +114,24 @@ def build_minibench(root: Path, seed: int = 0) -> Path:
                                                                "dev": ["library"]}})
     (root / "manifest.json").write_text(json.dumps({"databases": sorted(paths)}) + "\n")
     return root
+
+
+def build_minibench_with_empty_gold(root: Path) -> Path:
+    """The mini benchmark plus two tasks whose gold query returns no rows: ``shop-empty`` (train databases) and
+    ``library-empty`` (dev). Returns ``root``."""
+    import dataclasses
+
+    from bapsql.data.benchmark import load_benchmark
+    from bapsql.types import Answer
+
+    build_minibench(root)
+    tasks = list(load_benchmark(root).tasks)
+    shop = next(t for t in tasks if t.db_id == "shop")
+    lib = next(t for t in tasks if t.db_id == "library")
+    extra = [dataclasses.replace(shop, task_id="shop-empty", question="Which orders cost more than 10000?",
+                                 gold_sql="SELECT id FROM orders WHERE amount > 10000", gold=Answer("list", ())),
+             dataclasses.replace(lib, task_id="library-empty", question="Which books have 0 pages?",
+                                 gold_sql="SELECT title FROM books WHERE pages = 0", gold=Answer("list", ()))]
+    write_tasks(root / "tasks.jsonl", [dataclasses.replace(t, db_path=f"databases/{t.db_id}/{t.db_id}.sqlite")
+                                       for t in tasks + extra])
+    return root

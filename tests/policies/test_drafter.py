@@ -72,3 +72,51 @@ def test_one_script_under_every_condition_differs_only_by_what_the_env_shows(pla
     rescued = [p for d, p in zip(dash, post) if p.summary.success and not d.summary.success]
     assert rescued and all(r.infos and any(i.get("posthoc") == "profile" for i in r.infos[1:]) for r in rescued)
     assert succ["adaptive_posthoc"] > succ["dashboard"] and succ["full"] >= succ["adaptive_posthoc"]
+
+
+# ---------------------------------------------------------------------------------------- issue 30, items 1 and 6
+def test_avg_is_read_at_the_precision_the_profile_shows():
+    """The drafter reads a mean as the rendered profile shows it, never the hidden full-precision mean."""
+    import re
+
+    prof = ResultProfiler()
+    for r in [(1.0,), (1.0,), (1.2345678,)]:  # mean 1.0781892666...
+        prof(("x",), r)
+    profile = prof.profile(("x",), complete=True)
+    shown = float(re.search(r"mean ([0-9.]+)", profile.render()).group(1))
+    p = dataclasses.asdict(profile)
+    assert shown != round(p["columns"][0]["mean"], 6)
+    assert answer_from_profile(p, "SELECT ROUND(AVG(x), 6) FROM t") == shown  # not 1.078189
+    assert answer_from_profile(p, "SELECT AVG(x) FROM t") == shown
+    assert answer_from_profile(p, "SELECT ROUND(AVG(x), 2) FROM t") == round(shown, 2)
+
+
+def _naive_seed(task, k=0):
+    """A seed whose coin makes the drafter draft the broad query of ``task``."""
+    from bapsql.policies.base import episode_rng
+
+    seeds = [s for s in range(50) if not episode_rng(s, task.task_id).random() < 0.5]
+    return seeds[k]
+
+
+def _answer(played):
+    import json
+
+    return json.loads(played.summary.answer) if played.summary.answer else None
+
+
+def test_a_cut_listing_s_row_count_is_read_as_a_profile_s_under_every_condition(play, mini_tasks):
+    """A COUNT question's broad draft cut at XS says "k of N rows shown": N is the answer, and the drafter reads it
+    the same way it reads the same N from a post-hoc profile, under dashboard and raw alike."""
+    task = mini_tasks["shop-00"]  # How many orders were shipped?  (naive: SELECT * ... WHERE status = 'shipped')
+    seed = _naive_seed(task)
+    dash = play("scripted.drafter", task, "XS", seed, condition="dashboard")
+    raw = play("scripted.drafter", task, "XS", seed, condition="raw")
+    post = play("scripted.drafter", task, "XS", seed, condition="adaptive_posthoc")
+    assert dash.env.turn_records[0].sql == task.naive_sql  # the broad draft ran, and was cut
+    obs = dash.messages[-1][-1]["content"] if dash.messages else ""
+    assert " of " in obs and "rows shown]" in obs
+    assert post.summary.success
+    for got in (dash, raw):
+        assert got.summary.success and got.actions == ["execute_query", "answer"]
+        assert _answer(got) == _answer(post)

@@ -67,6 +67,16 @@ def test_the_placebo_method_shows_a_permutation_of_the_full_runs_payloads(bench,
                      (r.est_vm_steps_p50, r.est_vm_steps_p95))
             assert shown == assignment[(r.task_id, int(r.seed), 0)]
     assert moved > 0  # payloads really moved between requests
+    # issue 30, item 4: sweep.json says how far from exact the permutation was, counted from the logs
+    record = json.loads((tmp_path / "run" / "sweep.json").read_text())["placebo"]
+    stats = record["workflow.estimate_rewrite@shuffled_estimate"]
+    assert stats["source"] == "workflow.estimate_rewrite@full" and stats["recorded"] == len(pool.recorded)
+    assert stats["requests"] == len(plac) and stats["unmatched"] == stats["extra"] + stats["unused"]
+    keys = {(lv, k) for lv, k, _ in pool.recorded}
+    logged = {(r.budget, (r.task_id, int(r.seed), k)) for _, g in plac.groupby("episode_id")
+              for k, r in enumerate(g.itertuples())}
+    assert stats["extra"] == len(logged - keys) and stats["unused"] == len(keys - logged)
+    assert s.placebo == record
 
 
 def test_a_placebo_without_its_source_run_is_refused(bench):

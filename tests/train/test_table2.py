@@ -231,3 +231,28 @@ def test_attenuation_needs_a_positive_gain_at_xs_that_narrows_by_l():
     assert not attenuates(1.5, 3.4)  # the gain grows
     assert not attenuates(-1.6, -3.2)  # RL below SFT at XS: nothing to attenuate, even if L is lower still
     assert not attenuates(0.0, -1.0)
+
+
+# ------------------------------------------------------------------------ issue 30, item 8: the RL rows' start
+def test_both_rl_stages_record_the_sft_adapter_they_start_from_and_differ_only_in_the_reward(tmp_path):
+    from bapsql.train.pipeline import sft_dir, tree_sha256, write_grpo_start
+    from bapsql.train.table2 import rl_pair
+
+    cfg = load_table2_config(_write(tmp_path, _doc()), out_dir=str(tmp_path / "runs"))
+    t = cfg.train
+    run = t.run_dir(0)
+    adapter = sft_dir(t, 0) / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_model.safetensors").write_bytes(b"lora-weights")
+    _touch_model(sft_dir(t, 0) / "merged")
+    for stage in ("rl_full", "rl_sql"):
+        write_grpo_start(rl_config(t, stage), 0, sft_dir(t, 0) / "merged", run / stage)
+    pair = rl_pair(cfg, 0)
+    assert pair.same_start and pair.sft_adapter_sha256 == tree_sha256(adapter)
+    assert pair.differences == ("reward.variant",)
+    # another learning rate, or another adapter, is caught
+    other = dataclasses.replace(t, grpo=dataclasses.replace(t.grpo, lr=2e-6))
+    (adapter / "adapter_model.safetensors").write_bytes(b"retrained")
+    write_grpo_start(rl_config(other, "rl_sql"), 0, sft_dir(t, 0) / "merged", run / "rl_sql")
+    pair = rl_pair(cfg, 0)
+    assert not pair.same_start and pair.differences == ("grpo.lr", "reward.variant")
