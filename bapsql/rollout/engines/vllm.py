@@ -23,14 +23,20 @@ recomputes (`bapsql.train.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stay
   runs in its own process), so the caller's env work overlaps with generation. `LLM.generate` drains every
   unfinished request of the engine, so ``generate`` / ``logprobs_of`` refuse to run while ``step`` requests are in
   flight.
+- Thread safety: the calls that drive the engine (``generate``, ``logprobs_of``, ``step``, ``load_adapter``,
+  ``clear_cache``) hold one lock, so callers in several threads (``bapsql serve``'s episode threads, each calling
+  ``generate`` for its own turn) run one at a time. Without it a second `LLM.generate` drained the first one's
+  requests: one thread got the other's outputs and the other waited forever.
 
 vllm is imported when the engine is built, never at module import.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -46,6 +52,15 @@ from bapsql.rollout.engines.base import (
     check_step,
     cpu_share,
 )
+
+
+def _serialized(method):
+    """Run ``method`` under the engine's lock (see the module docstring: `vllm.LLM` is not thread-safe)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 def _import_vllm():
@@ -99,8 +114,10 @@ class VLLMEngine:
         self._running: dict[str, tuple[str, tuple[int, ...], SamplingParams, int]] = {}
         self._next_id = 0
         self._closed = False
+        self._lock = threading.RLock()
 
     # -- protocol ---------------------------------------------------------------------------------------------------
+    @_serialized
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], *,
                  adapter: AdapterRef | None = None) -> list[Generation]:
         """Sample one completion per prompt in one `LLM.generate` call."""
@@ -111,6 +128,7 @@ class VLLMEngine:
                                   lora_request=self._lora_request(adapter))
         return [self._generation(prompts[i], out.outputs[0], params[i]) for i, out in enumerate(outs)]
 
+    @_serialized
     def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
         """Admit ``new`` into the running batch and return the requests that finish next (see the protocol)."""
         from vllm.sampling_params import RequestOutputKind
@@ -143,6 +161,7 @@ class VLLMEngine:
     def in_flight(self) -> int:
         return len(self._running)
 
+    @_serialized
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         """Load peft adapter folder ``path`` as version ``version`` of ``name`` (a new LoRA id); requests in flight
         keep the version they started with (see the module docstring)."""
@@ -162,6 +181,7 @@ class VLLMEngine:
         self._retire()
         return ref
 
+    @_serialized
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
                     adapter: AdapterRef | None = None) -> list[float]:
         """Raw log-probabilities of ``completion_ids`` after ``prompt_ids`` via ``prompt_logprobs``."""
@@ -176,6 +196,7 @@ class VLLMEngine:
         scored = out.prompt_logprobs[len(prompt_ids):]
         return [float(pos[tok].logprob) for pos, tok in zip(scored, completion_ids)]
 
+    @_serialized
     def clear_cache(self) -> None:
         """Drop every cached KV block (the prefix cache), so that the next requests start cold — e.g. between the
         two sides of a throughput comparison, where a replay of the same prompts would otherwise hit the cache."""
