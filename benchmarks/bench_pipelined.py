@@ -2,7 +2,7 @@
 
     python benchmarks/bench_pipelined.py [--model builtin:tiny | DIR] [--updates 6] [--ray] [--out DIR]
 
-Both runs use configs/train/cpu_learn.yaml's GRPO settings (terse prompt, reward, lr, temperature, drift logging)
+Both runs use configs/train/cpu_learn_tiny.yaml's GRPO settings (terse prompt, reward, lr, temperature, drift logging)
 on a small slice: XS and S budgets, ``--groups`` groups of ``--group-size`` per update, ``--max-new-tokens`` per
 turn, the HF engine (float32, one thread) in-process — or, with ``--ray``, the engine and env worker in Ray actors
 of a private local Ray — and the learner in the driver's process. ``--model`` is the policy's base (an SFT-merged
@@ -132,7 +132,7 @@ def main() -> None:
             "filter.max_groups_per_round": 2 * args.groups, "filter.enabled": args.filter == "on",
             "filter.min_success": 1, "filter.max_success": args.group_size - 1,
             "grpo.validate_every": 0, "grpo.keep": "last"}  # in-loop validation is for the synchronous loop only
-    cfgs = {k: load_train_config(REPO / "configs/train/cpu_learn.yaml", {**over, "grpo.max_staleness": k})
+    cfgs = {k: load_train_config(REPO / "configs/train/cpu_learn_tiny.yaml", {**over, "grpo.max_staleness": k})
             for k in (0, 1)}
     ray_ctx = None
     if args.ray:

@@ -19,7 +19,7 @@ continues from its latest checkpoint (``rl_*/checkpoints``) and the sweep skips 
 
 Config (``configs/experiments/table2_cpu.yaml``)::
 
-    train: {extends: ../train/cpu_learn.yaml, name: table2-cpu, ...}   # a training config (TrainConfig), inline
+    train: {extends: ../train/cpu_learn_tiny.yaml, name: table2-cpu, ...}   # a training config (TrainConfig), inline
     prompting_model: base | sft        # the model of the prompting rows (sft when the base model cannot act)
     prompting_conditions: [raw, dashboard, adaptive_posthoc]
     reference_condition: dashboard     # the prompting row Table 2 is compared against

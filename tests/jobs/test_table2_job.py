@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 TOY = {
     "train": {
-        "extends": str(REPO / "configs" / "train" / "cpu_learn.yaml"),
+        "extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"),
         "name": "toy",
         "monitor": {"kind": "none"},
         "data": {"limit": 8},

@@ -8,7 +8,7 @@ from bapsql.errors import ConfigError
 from bapsql.train.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU_RECIPES = ("cpu_learn",)  # sized for a 2-core machine, not the paper's settings
+CPU_RECIPES = ("cpu_learn", "cpu_learn_tiny")  # sized for a 2-core machine, not the paper's settings
 RECIPES = sorted(p for p in (ROOT / "configs" / "train").glob("*.yaml") if p.stem not in CPU_RECIPES)
 
 
@@ -33,8 +33,8 @@ def test_every_recipe_loads_with_the_paper_settings():
     assert len({c.name for c in names.values()}) == len(names)
 
 
-def test_cpu_learning_recipe_scores_held_out_tasks_of_the_training_databases():
-    cfg = load_train_config(ROOT / "configs" / "train" / "cpu_learn.yaml")
+def test_tiny_cpu_learning_recipe_scores_held_out_tasks_of_the_training_databases():
+    cfg = load_train_config(ROOT / "configs" / "train" / "cpu_learn_tiny.yaml")
     assert (cfg.data.split, cfg.data.eval_split) == ("train", "test") and "dev" in cfg.eval.extra_splits
     assert cfg.prompt_style == "terse" and cfg.pretrain.enabled and cfg.sft.per_episode and cfg.grpo.log_drift
     assert not cfg.sft.use_gpu and cfg.filter.min_success == 1 and cfg.filter.max_success == 7

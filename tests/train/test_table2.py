@@ -34,7 +34,7 @@ def _write(tmp_path: Path, doc: dict) -> Path:
 
 
 def _doc(**extra) -> dict:
-    train = {"extends": str(REPO / "configs" / "train" / "cpu_learn.yaml"), "name": "t2", "monitor": {"kind": "none"}}
+    train = {"extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"), "name": "t2", "monitor": {"kind": "none"}}
     return {"train": train, **extra}
 
 
@@ -42,8 +42,8 @@ def _doc(**extra) -> dict:
 def test_cpu_config_and_quick_preset_load():
     full = load_table2_config(CPU)
     quick = load_table2_config(CPU, quick=True)
-    base = yaml.safe_load((REPO / "configs" / "train" / "cpu_learn.yaml").read_text())
-    # extends cpu_learn.yaml: its training values are used as they are
+    base = yaml.safe_load((REPO / "configs" / "train" / "cpu_learn_tiny.yaml").read_text())
+    # extends cpu_learn_tiny.yaml: its training values are used as they are
     assert full.train.pretrain.steps == base["pretrain"]["steps"]
     assert full.train.grpo.updates == base["grpo"]["updates"]
     assert full.preset == "full" and full.reduced == ()
