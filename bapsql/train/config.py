@@ -152,6 +152,9 @@ class SFTSection:
     budgets: tuple[str, ...] = LEVELS  # the levels episodes are drawn at
     per_episode: bool = False  # one sequence per episode, every completion in the loss (else turn pairs)
     only_successes: bool = False  # keep budgeted successes only (no justified abstentions)
+    # one SFT model for every seed: the first seed's, trained once (<out_dir>/<name>-seed<seeds[0]>/sft); the
+    # seeds then differ in GRPO only, so a pooled GRPO − SFT comparison measures GRPO's variance, not SFT's
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:

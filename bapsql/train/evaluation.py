@@ -100,9 +100,10 @@ def _reference(cfg: TrainConfig, models: tuple[str, ...]) -> str | None:
     return f"{MODEL_PREFIX}{e.reference}@{e.conditions[0] if e.conditions else cfg.condition}"
 
 
-def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
+def write_learning_curves(run_dir: Path, report: Path, *, sft: Path | None = None) -> list[str]:
     """Put the run's learning curves into the report folder (PNG) and list them at the end of ``report.md``:
-    GRPO per update (`bapsql.train.curves.learning_curves_png`), the pretraining curve, the SFT loss."""
+    GRPO per update (`bapsql.train.curves.learning_curves_png`), the pretraining curve, the SFT loss (from ``sft``,
+    the SFT stage's folder; default ``run_dir/sft``)."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
@@ -121,7 +122,7 @@ def write_learning_curves(run_dir: Path, report: Path) -> list[str]:
         (report / "pretrain_curve.png").write_bytes(
             pretrain_curve_png(json.loads(pre.read_text())["curve"], title="pretraining (full parameters)"))
         written.append("pretrain_curve.png")
-    sft = run_dir / "sft" / "result.json"
+    sft = (run_dir / "sft" if sft is None else sft) / "result.json"
     if sft.is_file():
         losses = json.loads(sft.read_text()).get("losses") or []
         if losses:

@@ -82,7 +82,8 @@ def base_model(cfg: TrainConfig, console: Any = None, *, seed: int | None = None
 
 
 def sft_dir(cfg: TrainConfig, seed: int) -> Path:
-    return cfg.run_dir(seed) / "sft"
+    """Where seed ``seed``'s SFT stage writes (and GRPO reads) its model: the first seed's with ``sft.shared``."""
+    return cfg.run_dir(cfg.seeds[0] if cfg.sft.shared else seed) / "sft"
 
 
 def policy_base(cfg: TrainConfig, seed: int, console: Any = None) -> Path:
@@ -109,11 +110,13 @@ def ray_context(cfg: TrainConfig, run_dir: Path) -> contextlib.AbstractContextMa
 
 # ---------------------------------------------------------------------------------------------------------- SFT
 def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTResult:
-    """Export pairs if needed and run Ray Train SFT (Ray must be up: `run_recipe` / the job opens the session)."""
+    """Export pairs if needed and run Ray Train SFT (Ray must be up: `run_recipe` / the job opens the session).
+    With ``sft.shared`` every seed's SFT stage is the first seed's (one model, trained with that seed)."""
     from bapsql.train.sft import run_sft
 
     from bapsql.env.records import EnvOptions
 
+    seed = cfg.seeds[0] if cfg.sft.shared else seed
     run_dir = cfg.run_dir(seed)
     base = base_model(cfg, console, seed=seed)
     data = Path(cfg.sft.data) if cfg.sft.data else run_dir / "sft_pairs.parquet"
@@ -394,5 +397,5 @@ def run_recipe(cfg: TrainConfig, seed: int, *, resume: bool = False,
                        for m, row in methods.items()}
             for extra in cfg.eval.extra_splits:
                 run_eval_stage(cfg, seed, models, console=console, split=extra)
-            write_learning_curves(run_dir, report)
+            write_learning_curves(run_dir, report, sft=sft_dir(cfg, seed))
     return RecipeResult(sft, grpo, eval_dir, report, success)

@@ -95,6 +95,13 @@ def sft_epochs(learner: Any, samples: Sequence[Sample], *, effective_batch: int,
     return out
 
 
+def progress_line(done: int, total: int, loss: float, elapsed_s: float) -> str:
+    """One progress line of an SFT run (rank 0 prints it; Ray forwards a worker's stdout to the driver's console)."""
+    eta = elapsed_s / done * (total - done) if done else float("nan")
+    return (f"SFT step {done}/{total} ({100 * done / total:.0f}%)  loss {loss:.3f}  elapsed {elapsed_s / 60:.1f} min"
+            f"  eta {eta / 60:.1f} min")
+
+
 def sft_worker(config: dict, dist: Any) -> None:
     """One data-parallel SFT worker (see `run_sft`). ``dist`` says what the worker is (``rank``, ``world``,
     ``device``) and how to wrap its model and report (`bapsql.rollout.ray_shell.train.RayTrainWorker`)."""
@@ -110,7 +117,11 @@ def sft_worker(config: dict, dist: Any) -> None:
     learner = Learner(lcfg, wrap=dist.wrap if world > 1 else None)
     t0 = time.perf_counter()
 
+    every = max(1, total // 20)
+
     def report(step: int, m: UpdateMetrics) -> None:
+        if rank == 0 and (step % every == 0 or step == total - 1):
+            print(progress_line(step + 1, total, m.loss, time.perf_counter() - t0), flush=True)
         if step < total - 1:
             dist.report({"step": step, "loss": m.loss, "grad_norm": m.grad_norm, "lr": m.lr,
                          "tokens_per_s": m.tokens_per_s, "tokens": m.tokens})

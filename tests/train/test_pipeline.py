@@ -129,3 +129,15 @@ def test_a_bad_grpo_prompt_source_is_named(grpo, key):
 
     with pytest.raises(ConfigError, match=key):
         from_mapping(TrainConfig, {"name": "g", "model": {"base": "builtin:tiny"}, "grpo": grpo})
+
+
+def test_a_shared_sft_model_is_the_first_seeds_for_every_seed(tmp_path):
+    """sft.shared: GRPO seeds start from one SFT model (the first seed's), so their pooled comparison measures GRPO."""
+    from bapsql.train.config import SFTSection
+    from bapsql.train.pipeline import sft_dir
+
+    base = TrainConfig(name="r", seeds=(3, 5), out_dir=str(tmp_path), model=ModelSection(base="m"))
+    assert sft_dir(base, 5) == tmp_path / "r-seed5" / "sft"
+    shared = TrainConfig(name="r", seeds=(3, 5), out_dir=str(tmp_path), model=ModelSection(base="m"),
+                         sft=SFTSection(shared=True))
+    assert sft_dir(shared, 5) == sft_dir(shared, 3) == tmp_path / "r-seed3" / "sft"

@@ -86,3 +86,9 @@ def test_ray_train_torchtrainer_one_cpu_worker(tiny_model_dir, tmp_path):
         return -sum(float((lp * s.loss_mask).sum()) for lp, s in zip(learner.token_logprobs(samples), samples))
 
     assert nll(merged) < nll(base)
+
+
+def test_the_progress_line_says_step_share_loss_and_time_left():
+    from bapsql.train.sft import progress_line
+
+    assert progress_line(20, 80, 0.4567, 120.0) == "SFT step 20/80 (25%)  loss 0.457  elapsed 2.0 min  eta 6.0 min"
