@@ -43,7 +43,10 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
             raise click.UsageError(f"--seed {seed} is not one of the config's seeds {list(cfg.seeds)}")
         for s in (cfg.seeds if seed is None else (seed,)):
             run = list(wanted)
-            if "sft" in run and (sft_dir(cfg, s) / "merged" / "config.json").is_file() and wanted != ("sft",):
+            if "sft" in run and cfg.sft.shared and s != cfg.seeds[0]:
+                run.remove("sft")  # one SFT model for every seed: the first seed's stage trains it
+                console.print(f"[cyan]sft.shared: seed {s} starts from {sft_dir(cfg, s)}[/cyan]")
+            elif "sft" in run and (sft_dir(cfg, s) / "merged" / "config.json").is_file() and wanted != ("sft",):
                 run.remove("sft")
                 console.print(f"[cyan]SFT model exists in {sft_dir(cfg, s)}; skipping SFT[/cyan]")
             done = cfg.run_dir(s) / "pretrain" / "result.json"

@@ -113,9 +113,12 @@ class LearnerState:
     def merge_and_save(self, out_dir: str | Path) -> Path:
         """Save base + adapter merged into a plain transformers folder (the next stage's base model), with every
         non-weight file of the base folder (tokenizer, chat template, vocab / merges, processor and generation
-        configs, ...) copied alongside unless the save wrote it. The learner itself is unchanged."""
+        configs, ...) copied alongside unless the save wrote it — but not the registry's fetch marker, which vouches
+        for the base's weights, not these. The learner itself is unchanged."""
         import copy
         import shutil
+
+        from bapsql.models.fetch import MARKER
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +127,7 @@ class LearnerState:
         written = {p.name for p in out.iterdir()}
         src = Path(self.cfg.model_path)
         for f in src.iterdir():
-            if f.name in written or f.name.startswith(".") or is_weight_file(f.name):
+            if f.name in written or f.name.startswith(".") or f.name == MARKER or is_weight_file(f.name):
                 continue
             if f.is_file():
                 shutil.copyfile(f, out / f.name)

@@ -187,6 +187,7 @@ def test_the_merged_folder_keeps_the_tied_embeddings(trained, template, tmp_path
     out = learner.merge_and_save(tmp_path / "merged")
     assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is True
     assert (out / "chat_template.jinja").is_file() and (out / "tokenizer.json").is_file()
+    assert not (out / "bapsql_model.json").exists()  # the fetch marker vouches for the base weights only
     merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert merged.lm_head.weight.data_ptr() == merged.model.embed_tokens.weight.data_ptr()
     assert torch.equal(merged.model.embed_tokens.weight, before["base_model.model.model.embed_tokens.weight"])
