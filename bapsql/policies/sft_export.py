@@ -180,14 +180,9 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     per_workflow: dict[str, int] = {}
     per_budget: dict[str, int] = {}
 
-    progress = None
-    if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress
+    from bapsql.progress import Progress
 
-        progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                            console=console, transient=True)
-        bar = progress.add_task("SFT pairs", total=n)
-        progress.start()
+    progress = Progress(console, "SFT pairs", n).start()
     try:
         with DatabaseHandles(counter) as handles:
             env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=base_options.under(condition))
@@ -227,15 +222,13 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         })
                         per_workflow[policy.name] = per_workflow.get(policy.name, 0) + 1
                         per_budget[budget.level] = per_budget.get(budget.level, 0) + 1
-                        if progress is not None:
-                            progress.advance(bar)
+                        progress.advance()
                         if len(rows) >= n:
                             break
                 if added_this_pass == 0:
                     break
     finally:
-        if progress is not None:
-            progress.stop()
+        progress.stop()
     out = Path(out)
     _write_parquet(rows, out)
     return SFTExport(out, len(rows), played, kept, dups, too_long, per_workflow, per_budget,

@@ -236,14 +236,9 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
     skipped, log_s, play_s = 0, 0.0, 0.0
     total = len(levels) * len(seeds) * len(tasks)
 
-    progress = None
-    if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from bapsql.progress import Progress
 
-        progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                            TimeRemainingColumn(), console=console, transient=True)
-        bar = progress.add_task(method, total=total)
-        progress.start()
+    progress = Progress(console, method, total).start()
     writer = TrajectoryWriter(out, run, flush_every=FLUSH_EVERY, **({} if log_text is None else {"text": log_text}))
     played: list[tuple] = []  # (episode id, level, seed, task, summary, turn records) not yet handed to the writer
 
@@ -269,11 +264,9 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         with DatabaseHandles(counter, calibration=cal) as handles:
             env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options, controller=controller)
             if options.condition.estimates == "permuted":
-                if progress is not None:
-                    progress.update(bar, description=f"{method} (placebo: recording the true estimates)")
+                progress.update(description=f"{method} (placebo: recording the true estimates)")
                 env.placebo = record_placebo(env, policy, tasks, levels, seeds)
-                if progress is not None:
-                    progress.update(bar, description=method)
+                progress.update(description=method)
             for budget in levels:
                 for seed in seeds:
                     for task in tasks:
@@ -289,8 +282,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
                             if len(played) >= LOG_BATCH:
                                 log_played()
                             log_s += time.perf_counter() - t1
-                        if progress is not None:
-                            progress.advance(bar)
+                        progress.advance()
     finally:
         t0 = time.perf_counter()
         try:
@@ -298,8 +290,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
         finally:
             writer.close()
         log_s += time.perf_counter() - t0
-        if progress is not None:
-            progress.stop()
+        progress.stop()
         if engine is not None:
             engine.close()
     if env.placebo is not None:  # how far the shown payloads were from an exact permutation (bapsql.env.placebo)

@@ -4,8 +4,8 @@
 
 1. resolves the benchmark (``demo`` → the embedded benchmark at ``demo_scale``, built into the cache dir on first
    use) and the split's tasks (database by database, the first ``limit``);
-2. expands methods × budgets × seeds × tasks into `EpisodeSpec` s (`GroupSampler`, ``samples_per_group`` each) and
-   skips the ids already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
+2. expands methods × budgets × seeds × tasks into `EpisodeSpec` s (`GroupSampler`, ``samples_per_group`` each),
+   keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
 3. starts the actors — env workers (sharded by database), one engine host per model method and replica, the
    trajectory writer — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit,
    never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from bapsql.experiment import ExperimentConfig, placebo_source_method
 from bapsql.models.registry import resolve_model
+from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
 from bapsql.rollout.groups import GroupSampler
@@ -122,8 +123,8 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     run_dir.mkdir(parents=True, exist_ok=True)
     root = benchmark_dir(cfg, announce=say)
     tasks = load_tasks(root, cfg.split, limit=cfg.limit)
-    specs = GroupSampler(cfg.run, samples_per_group=cfg.samples_per_group).sweep(
-        cfg.methods, tasks, cfg.budgets, cfg.seeds)
+    specs = cfg.scoped(GroupSampler(cfg.run, samples_per_group=cfg.samples_per_group).sweep(
+        cfg.methods, tasks, cfg.budgets, cfg.seeds))  # each method's scope (cfg.scopes) keeps its cells
     done_ids = existing_episode_ids(run_dir)
     agents, engines = {}, {}
     for method in cfg.model_methods:
@@ -144,17 +145,10 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     dcfg = DriverConfig(in_flight=cfg.workers.in_flight, scripted_batch=cfg.workers.scripted_batch,
                         max_reruns=cfg.workers.max_reruns)
     todo = sum(s.episode_id not in done_ids for s in specs)
-    progress_bar, bar = None, None
-    if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
-
-        progress_bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
-        bar = progress_bar.add_task(f"sweep {cfg.run}", total=todo)
+    progress_bar = Progress(console, f"sweep {cfg.run}", todo)
 
     def progress(done: int, total: int) -> None:
-        if progress_bar is not None:
-            progress_bar.update(bar, completed=done)
+        progress_bar.update(done)
         if on_progress is not None:
             on_progress(done, total, be)
 
@@ -181,8 +175,7 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                 preflight(root, run_dir)
             be.start(actors)
             setup_s = time.perf_counter() - t0
-            if progress_bar is not None:
-                progress_bar.start()
+            progress_bar.start()
             try:
                 driver = Driver(be, n_workers, engines=engine_keys, config=dcfg, monitor=monitor, progress=progress)
                 placebo = {m: src for m in cfg.methods if (src := placebo_source_method(m)) is not None}
@@ -196,8 +189,7 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                     _flush_writer(be)
                     placebo_stats = placebo_run_stats(run_dir, placebo)
             finally:
-                if progress_bar is not None:
-                    progress_bar.stop()
+                progress_bar.stop()
                 _close_writer(be)
                 restarts = {"/".join(map(str, k)): n for k, n in be.restarts().items()}
                 be.shutdown()

@@ -214,29 +214,25 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
 def _episode_bar(console: Any, driver: Any, label: str, total: int):
     """A progress bar of finished episodes over several driver runs (none without a console); yields the call that
     makes the next run count on from where the last one stopped."""
-    if console is None:
-        yield lambda: None
-        return
-    from rich.progress import Progress
+    from bapsql.progress import Progress
 
     base, last = [0], [0]
 
     def tick(done: int, _run_total: int) -> None:
         last[0] = done
-        bar.update(job, completed=base[0] + done)
+        bar.update(base[0] + done)
 
     def next_run() -> None:
         base[0] += last[0]
         last[0] = 0
 
-    with Progress(console=console) as bar:
-        job = bar.add_task(label, total=total)
+    with Progress(console, label, total) as bar:
         driver.progress = tick
         try:
             yield next_run
         finally:
             driver.progress = None
-            bar.update(job, completed=base[0] + last[0])
+            bar.update(base[0] + last[0])
 
 
 def _last_sql(trajectory: Any) -> str | None:
