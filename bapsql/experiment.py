@@ -32,6 +32,19 @@ Example (configs/experiments/smoke.yaml)::
 
 ``log_text`` (optional): which episodes' turns keep their completion / observation text in the logs
 (`bapsql.logs.text.TextLogConfig`): ``{mode: all}`` (the default), ``{mode: sample, share: 0.1}`` or ``{mode: none}``.
+
+``scopes`` (optional): per-method subsets of the sweep (`MethodScope`), for a method too costly to run over every
+cell, e.g. a real model on a CPU machine beside scripted policies::
+
+    scopes:
+      "model:smol@full": {budgets: [XS, S], seeds: [0], tasks_per_db: 5}
+
+A scoped method runs the sweep's cells restricted to its ``budgets`` (a subset of ``budgets``), its ``seeds`` (a
+subset of ``seeds``) and the first ``tasks_per_db`` tasks of each database (of the tasks ``limit`` keeps, in the
+split's order; every database keeps a share, so database-cluster statistics still see them all); an unset field keeps
+the sweep's. The analysis pairs methods on the keys both ran (task × seed × budget), so a scoped method is compared
+on its own cells only. A model engine's ``max_model_len`` must hold the largest context budget of the cells its
+methods run.
 """
 
 from __future__ import annotations
@@ -104,6 +117,30 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True)
+class MethodScope:
+    """The part of the sweep one method runs (module docstring): ``None`` keeps the sweep's budgets / seeds / tasks."""
+
+    budgets: tuple[str, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    tasks_per_db: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.budgets is not None and (not self.budgets or len(set(self.budgets)) != len(self.budgets)):
+            raise ConfigError(f"budgets: a non-empty list of distinct levels (or null for the sweep's), got "
+                              f"{list(self.budgets)}")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise ConfigError(f"seeds: a non-empty list of distinct seeds (or null for the sweep's), got "
+                              f"{list(self.seeds)}")
+        if self.tasks_per_db is not None and self.tasks_per_db < 1:
+            raise ConfigError(f"tasks_per_db: must be at least 1 (or null for every task), got {self.tasks_per_db}")
+
+    def keeps(self, level: str, seed: int, rank_in_db: int) -> bool:
+        """Whether the cell (``level``, ``seed``, the task that is ``rank_in_db``-th of its database) is in scope."""
+        return ((self.budgets is None or level in self.budgets) and (self.seeds is None or seed in self.seeds)
+                and (self.tasks_per_db is None or rank_in_db < self.tasks_per_db))
+
+
+@dataclass(frozen=True)
 class MonitorConfig:
     """Live metrics: ``wandb`` (offline when no API key is configured) or ``none``."""
 
@@ -150,6 +187,7 @@ class ExperimentConfig:
     prompt_style: Literal["full", "terse"] = "full"  # the env's system prompt (`EnvOptions.prompt_style`)
     # which episodes' turns keep their completion / observation text in the logs (`bapsql.logs.text`): all of them
     log_text: TextLogConfig = TextLogConfig()
+    scopes: dict[str, MethodScope] = field(default_factory=dict)  # per-method subsets of the sweep (docstring)
 
     @property
     def model_methods(self) -> tuple[str, ...]:
@@ -160,6 +198,24 @@ class ExperimentConfig:
         from bapsql.env.conditions import split_method
 
         return split_method(method)[0][len(MODEL_PREFIX):]
+
+    def budgets_of(self, method: str) -> tuple[str, ...]:
+        """The levels ``method`` runs (its scope's, else the sweep's)."""
+        scope = self.scopes.get(method)
+        return self.budgets if scope is None or scope.budgets is None else scope.budgets
+
+    def scoped(self, specs: list[Any]) -> list[Any]:
+        """The `EpisodeSpec` s the methods' scopes keep (order kept; methods without a scope keep every spec). A
+        task's rank in its database is its position among the specs' tasks of that database in (db, task id)
+        order — the split's order `load_tasks` gives."""
+        if not self.scopes:
+            return list(specs)
+        by_db: dict[str, set[str]] = {}
+        for s in specs:
+            by_db.setdefault(s.db_id, set()).add(s.task_id)
+        rank = {(db, t): i for db, ids in by_db.items() for i, t in enumerate(sorted(ids))}
+        return [s for s in specs if (scope := self.scopes.get(s.method)) is None
+                or scope.keeps(s.level, s.seed, rank[(s.db_id, s.task_id)])]
 
     @property
     def run_dir(self) -> Path:
@@ -235,14 +291,33 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             raise ConfigError(f"budgets[{i}]: unknown level {b!r}; levels are {list(ladder.levels)}")
     if not cfg.budgets:
         raise ConfigError("budgets: list at least one level, e.g. [XS, S, M, L]")
-    need = max(ladder[b].context_tokens for b in cfg.budgets) + MODEL_LEN_MARGIN
+    scopes = {}
+    for key, scope in cfg.scopes.items():
+        where = f"scopes.{key}"
+        method = _canonical_method(key, engines, where)
+        if method not in methods:
+            raise ConfigError(f"{where}: {key!r} is not one of the methods {list(methods)}")
+        if method in scopes:
+            raise ConfigError(f"{where}: a second scope for {method}")
+        for i, b in enumerate(scope.budgets or ()):
+            if b not in cfg.budgets:
+                raise ConfigError(f"{where}.budgets[{i}]: {b!r} is not a swept level {list(cfg.budgets)}; a scope "
+                                  "narrows the sweep")
+        for i, s in enumerate(scope.seeds or ()):
+            if s not in cfg.seeds:
+                raise ConfigError(f"{where}.seeds[{i}]: {s} is not a swept seed {list(cfg.seeds)}; a scope narrows "
+                                  "the sweep")
+        scopes[method] = scope
+    cfg = dataclasses.replace(cfg, scopes=scopes)
     for m in methods:
         if m.startswith(MODEL_PREFIX):
             name = cfg.engine_of(m)
             ec = engines[name]
+            need = max(ladder[b].context_tokens for b in cfg.budgets_of(m)) + MODEL_LEN_MARGIN
             if ec.max_model_len < need:
                 raise ConfigError(f"engines.{name}.max_model_len: {ec.max_model_len} cannot hold the "
-                                  f"largest swept context budget; set it to at least {need}")
+                                  f"largest context budget {m} runs; set it to at least {need}, or narrow its "
+                                  "levels under scopes:")
     for m in methods:
         source = placebo_source_method(m)
         if source is not None and source not in methods:

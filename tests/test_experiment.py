@@ -126,3 +126,57 @@ def test_prompt_style_reaches_the_sweeps_env_workers(tmp_path):
     specs, _ = actor_specs(cfg, tmp_path, 2, {}, {})
     envs = [s for s in specs if s.key[0] == "env"]
     assert len(envs) == 2 and all(s.kwargs["env_options"].prompt_style == "terse" for s in envs)
+
+
+# -- per-method scopes: a costly method runs a subset of the sweep's cells ------------------------------------------
+
+SCOPED = {**BASE, "budgets": ["XS", "S", "M", "L"], "seeds": [0, 1, 2],
+          "engines": {"tiny": {"kind": "hf", "model": "builtin:tiny", "max_model_len": 8192}},
+          "scopes": {"model:tiny": {"budgets": ["XS", "M"], "seeds": [0], "tasks_per_db": 2}}}
+
+
+def test_a_scope_is_canonical_and_narrows_only_its_method(tmp_path):
+    from bapsql.rollout.groups import GroupSampler
+    from bapsql.types import Task
+
+    cfg = load_experiment(_write(tmp_path, SCOPED))
+    assert set(cfg.scopes) == {"model.tiny@full"}  # keyed by the canonical method name
+    assert cfg.budgets_of("model.tiny@full") == ("XS", "M")
+    assert cfg.budgets_of("workflow.estimate_rewrite@full") == ("XS", "S", "M", "L")
+    tasks = [Task(task_id=f"{db}-{i}", db_id=db, db_path=f"/x/{db}.sqlite", question="q", gold_sql="SELECT 1")
+             for db, n in (("a", 3), ("b", 1), ("c", 4)) for i in range(n)]
+    specs = GroupSampler("t", samples_per_group=1).sweep(cfg.methods, tasks, cfg.budgets, cfg.seeds)
+    kept = cfg.scoped(specs)
+    model = [s for s in kept if s.method == "model.tiny@full"]
+    # the first 2 tasks of every database (b has only 1), levels XS and M, seed 0
+    assert sorted({s.task_id for s in model}) == ["a-0", "a-1", "b-0", "c-0", "c-1"]
+    assert {s.level for s in model} == {"XS", "M"} and {s.seed for s in model} == {0}
+    assert len(model) == 5 * 2 * 1
+    others = [s for s in specs if s.method != "model.tiny@full"]
+    assert [s for s in kept if s.method != "model.tiny@full"] == others  # unscoped methods keep every cell
+    assert [s.episode_id for s in kept] == [s.episode_id for s in specs if s in set(kept)]  # order kept
+    assert cfg.to_dict()["scopes"]["model.tiny@full"]["seeds"] == (0,)
+
+
+def test_a_scope_lets_a_short_context_model_skip_the_levels_it_cannot_hold(tmp_path):
+    """max_model_len is checked against the levels a model method runs: 8,192 positions hold M, not L."""
+    unscoped = {k: v for k, v in SCOPED.items() if k != "scopes"}
+    with pytest.raises(ConfigError, match="engines.tiny.max_model_len.*scopes"):
+        load_experiment(_write(tmp_path, unscoped))
+    wide = {**SCOPED, "scopes": {"model:tiny": {"budgets": ["XS", "L"]}}}
+    with pytest.raises(ConfigError, match="engines.tiny.max_model_len"):
+        load_experiment(_write(tmp_path, wide))
+
+
+@pytest.mark.parametrize("scopes,where", [
+    ({"workflow:drill_down": {"seeds": [0]}}, "scopes.workflow:drill_down"),  # not a method of the sweep
+    ({"model:tiny": {"budgets": ["XS", "XXL"]}}, "scopes.model:tiny.budgets[1]"),
+    ({"model:tiny": {"seeds": [0, 7]}}, "scopes.model:tiny.seeds[1]"),
+    ({"model:tiny": {"tasks_per_db": 0}}, "tasks_per_db"),
+    ({"model:tiny": {"seeds": []}}, "seeds"),
+    ({"model:tiny": {"levels": ["XS"]}}, "scopes.model:tiny"),  # unknown key
+    ({"model:tiny": {"seeds": [0]}, "model:tiny@full": {"seeds": [1]}}, "second scope"),
+])
+def test_bad_scopes_name_the_key(tmp_path, scopes, where):
+    with pytest.raises(ConfigError, match=re.escape(where)):
+        load_experiment(_write(tmp_path, {**SCOPED, "scopes": scopes}))

@@ -5,7 +5,8 @@
 1. resolves the benchmark (``demo`` → the embedded benchmark at ``demo_scale``, built into the cache dir on first
    use) and the split's tasks (database by database, the first ``limit``);
 2. expands methods × budgets × seeds × tasks into `EpisodeSpec` s (`GroupSampler`, ``samples_per_group`` each),
-   keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
+   keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids
+   already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
 3. starts the actors — env workers (sharded by database), one engine host per model method and replica, the
    trajectory writer — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit,
    never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
