@@ -101,6 +101,8 @@ def _print_stats(st) -> None:
 
     console = Console()
     top = Table(title=f"{st.name} ({st.kind})", show_header=False)
+    top.add_column(no_wrap=True)
+    top.add_column()
     rows = [("databases", f"{st.databases}"), ("tasks", f"{st.tasks:,}"),
             ("missing databases", ", ".join(st.missing_databases) or "none"),
             ("tasks without database", f"{st.tasks_missing_database:,}"), ("failed gold SQL", f"{st.failed_gold:,}"),
@@ -108,8 +110,7 @@ def _print_stats(st) -> None:
             ("cross-split duplicates dropped", f"{st.duplicates_dropped:,}"),
             ("answer types", ", ".join(f"{k} {v:,}" for k, v in st.answer_types.items())),
             ("flags", ", ".join(f"{k} {v:,}" for k, v in st.flags.items()) or "none"),
-            ("empty gold answers", f"{st.empty_gold:,} (an answer of [] is correct there without evidence; GRPO "
-                                   "leaves them out of its prompts unless grpo.empty_gold: include)"),
+            ("empty gold answers", f"{st.empty_gold:,}"),
             ("difficulty", ", ".join(f"{k} {v:,}" for k, v in st.difficulty.items())),
             ("database size", f"{st.database_bytes / 2**20:,.1f} MiB")]
     if st.largest_table_rows is not None:
@@ -118,10 +119,13 @@ def _print_stats(st) -> None:
     for k, v in rows:
         top.add_row(k, v)
     console.print(top)
+    if st.empty_gold:
+        console.print("empty gold: an answer of [] is correct there without evidence; GRPO leaves those tasks out of "
+                      "its prompts unless grpo.empty_gold: include")
     sp = Table(title="splits")
     for col in ("split", "databases", "tasks", "scalar / list / ordered", "budget-sensitive", "unanswerable XS",
                 "empty gold"):
-        sp.add_column(col)
+        sp.add_column(col, no_wrap=col == "split")
     for name, s in st.splits.items():
         sp.add_row(name, str(s.databases), f"{s.tasks:,}", " / ".join(str(v) for v in s.answer_types.values()),
                    f"{s.shares['budget_sensitive']:.1%}", f"{s.shares['unanswerable_xs']:.1%}", f"{s.empty_gold:,}")
