@@ -274,10 +274,15 @@ def evidence_observation(res: EvidenceOp, block: EvidenceBlock | None, *, charge
 
 
 def invalid_observation(reason: str, tools: Sequence[str] = TOOL_NAMES) -> str:
-    """The explanation of an invalid action, with the expected format."""
+    """The explanation of an invalid action, with the expected format shown as a concrete, valid call.
+
+    The example is a real call (``inspect_schema`` when offered, else ``abstain``), never a placeholder: SmolLM2 copied
+    a ``{"name": "<tool>", "arguments": {...}}`` template back verbatim, turn after turn, until it ran out of turns."""
+    example = ('{"name": "inspect_schema", "arguments": {}}' if "inspect_schema" in tools
+               else '{"name": "abstain", "arguments": {"reason": "..."}}')
     return (
-        f"Invalid action: {reason}\nReply with exactly one call: {OPEN_TAG}\n"
-        f'{{"name": "<tool>", "arguments": {{...}}}}\n{CLOSE_TAG}\nTools: {", ".join(tools)}'
+        f"Invalid action: {reason}\nReply with exactly one call, for example: {OPEN_TAG}\n"
+        f"{example}\n{CLOSE_TAG}\nTools: {', '.join(tools)}"
     )
 
 

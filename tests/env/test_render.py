@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from bapsql.db.estimator import Estimate, Quantiles
 from bapsql.db.rows import render_table
 from bapsql.env import render
@@ -60,6 +62,18 @@ def test_schema_observation_cut_note_and_unknown_tables():
 def test_invalid_and_evidence_observations():
     text = render.invalid_observation("no tool call found", ("execute_query", "answer"))
     assert text.startswith("Invalid action: no tool call found") and "Tools: execute_query, answer" in text
+    assert "<tool>" not in text and "{...}" not in text  # a model copies a placeholder back verbatim
+
+
+@pytest.mark.parametrize("tools", [("inspect_schema", "execute_query", "answer"), ("execute_query", "abstain")])
+def test_the_invalid_action_example_is_itself_a_valid_call(tools):
+    from bapsql.env.actions import InvalidAction, parse_action
+
+    text = render.invalid_observation("no tool call found", tools)
+    example = text.split("for example: ", 1)[1].rsplit("\nTools:", 1)[0]
+    action = parse_action(example)
+    assert not isinstance(action, InvalidAction), action
+    assert type(action).__name__ in {"InspectSchema", "Abstain"}
     refused = EvidenceOp("restore", "E1", False, "discarded", "discarded", "cannot restore E1: it is discarded")
     assert render.evidence_observation(refused, None) == "manage_evidence refused: cannot restore E1: it is discarded"
 
