@@ -65,7 +65,9 @@ MODEL_LEN_MARGIN = 64  # prompt ids may exceed the env's context accounting by a
 @dataclass(frozen=True)
 class SamplingConfig:
     """How model policies sample (every model method of the sweep). ``template_kwargs``: chat-template options
-    (e.g. ``enable_thinking: false``), the same a trained policy saw in SFT and GRPO."""
+    (e.g. ``enable_thinking: false``), the same a trained policy saw in SFT and GRPO; `validate` merges them into
+    every engine's ``chat_template_kwargs`` (an engine may add its own), which its agent renders with and an
+    ``openai_chat`` engine sends its server."""
 
     max_tokens: int = 256
     temperature: float = 1.0
@@ -251,6 +253,19 @@ def _canonical_method(name: str, engines: dict[str, Any], where: str) -> str:
     return canon
 
 
+def with_template_kwargs(ec: Any, sampling: dict[str, Any], name: str) -> Any:
+    """Engine ``name``'s config with ``sampling.template_kwargs`` merged into its ``chat_template_kwargs``: the
+    options its agent renders prompts with and an ``openai_chat`` engine sends its server. `ConfigError` when both
+    set one option to different values."""
+    own = dict(ec.chat_template_kwargs)
+    for key, value in sampling.items():
+        if key in own and own[key] != value:
+            raise ConfigError(f"engines.{name}.chat_template_kwargs.{key}: {own[key]!r} differs from "
+                              f"sampling.template_kwargs.{key}: {value!r}; set it in one place")
+    merged = {**own, **sampling}
+    return ec if merged == own else dataclasses.replace(ec, chat_template_kwargs=merged)
+
+
 def placebo_source_method(method: str) -> str | None:
     """For a placebo method ``P@C`` (``estimates: permuted``), the method whose logged estimates it permutes (the same
     policy under `bapsql.env.conditions.placebo_source`); None for any other method."""
@@ -277,8 +292,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         except ImportError as exc:  # pragma: no cover - the engines package ships with bapsql
             raise ConfigError(f"engines: the engine package is unavailable ({exc})") from exc
         for name, raw in cfg.engines.items():
-            engines[name] = raw if isinstance(raw, EngineConfig) else from_mapping(EngineConfig, raw,
-                                                                                   f"engines.{name}")
+            ec = raw if isinstance(raw, EngineConfig) else from_mapping(EngineConfig, raw, f"engines.{name}")
+            engines[name] = with_template_kwargs(ec, cfg.sampling.template_kwargs, name)
     methods = tuple(_canonical_method(m, engines, f"methods[{i}]") for i, m in enumerate(cfg.methods))
     if len(set(methods)) != len(methods):
         raise ConfigError(f"methods: duplicates after canonicalization: {list(methods)}")

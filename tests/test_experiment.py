@@ -88,6 +88,23 @@ def test_to_dict_is_plain_data(tmp_path):
     assert isinstance(ExperimentConfig("r", ("scripted.drafter@raw",)).to_dict()["workers"], dict)
 
 
+def test_sampling_template_kwargs_reach_every_engine_and_clashes_name_the_key(tmp_path):
+    """The chat-template options a sweep's agents render with are the engine's (an openai_chat engine sends them):
+    sampling.template_kwargs merged into each engine's chat_template_kwargs."""
+    chat = {"kind": "openai_chat", "model": "m", "base_url": "http://127.0.0.1:9/v1", "max_model_len": 12288,
+            "chat_template_kwargs": {"reasoning_effort": "low"}}
+    data = {**BASE, "methods": ["model:tiny", "model:chat"], "engines": {**BASE["engines"], "chat": chat},
+            "sampling": {"template_kwargs": {"enable_thinking": False}}}
+    cfg = load_experiment(_write(tmp_path, data))
+    assert cfg.engines["tiny"].chat_template_kwargs == {"enable_thinking": False}
+    assert cfg.engines["chat"].chat_template_kwargs == {"reasoning_effort": "low", "enable_thinking": False}
+    assert load_experiment(_write(tmp_path, {**BASE})).engines["tiny"].chat_template_kwargs == {}
+    clash = {**data, "engines": {"chat": {**chat, "chat_template_kwargs": {"enable_thinking": True}}},
+             "methods": ["model:chat"]}
+    with pytest.raises(ConfigError, match=r"engines\.chat\.chat_template_kwargs\.enable_thinking"):
+        load_experiment(_write(tmp_path, clash))
+
+
 def test_resolve_model_passes_paths_through():
     assert resolve_model("/models/qwen") == "/models/qwen"
 

@@ -29,11 +29,15 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option("--max-body-bytes", default=16_384, show_default=True, type=click.IntRange(min=256))
 @click.option("--calibration", default=None, type=click.Path(dir_okay=False, exists=True),
               help="Estimator calibration JSON (default: the packaged one).")
+@click.option("--chat-template-kwargs", default=None, metavar="JSON",
+              help="Chat-template options, e.g. '{\"enable_thinking\": false}' for Qwen3-class models: prompts are "
+                   "rendered with them and openai_chat sends them to the server (replaces the engine YAML's).")
 @click.option("--allow-remote-without-key", is_flag=True,
               help="Allow binding a non-loopback --host without --api-key-env (not recommended).")
 def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: str, default_budget: str, host: str,
               port: int, api_key_env: str | None, log_dir: str, concurrency: int, max_tokens: int,
-              max_body_bytes: int, calibration: str | None, allow_remote_without_key: bool) -> None:
+              max_body_bytes: int, calibration: str | None, chat_template_kwargs: str | None,
+              allow_remote_without_key: bool) -> None:
     """Serve POST /v1/ask {"db": NAME, "question": TEXT, "budget": "XS"|"S"|"M"|"L"}: every request is one budgeted
     episode (estimator, shield, ledger, evidence) of the model behind --engine, answered as JSON and logged to
     LOG_DIR. The web page is at http://HOST:PORT/ and the API docs at /docs.
@@ -42,6 +46,7 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
     Example:
       bapsql serve --db shop.db --engine openai_chat:http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --port 8080
     """
+    import dataclasses
     import os
 
     import uvicorn
@@ -69,8 +74,11 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
     try:
         lookup_condition(condition)
         cfg = engine_config_from_spec(engine, model=model)
+        if chat_template_kwargs is not None:
+            cfg = dataclasses.replace(cfg, chat_template_kwargs=_json_object(chat_template_kwargs))
         cal = load_calibration(calibration) if calibration else None
-        counter = load_token_counter(str(cfg.tokenizer_dir)) if cfg.tokenizer_dir else load_token_counter()
+        kwargs = dict(cfg.chat_template_kwargs)
+        counter = load_token_counter(str(cfg.tokenizer_dir), **kwargs) if cfg.tokenizer_dir else load_token_counter()
         with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), console=console,
                       transient=True) as bar:
             job = bar.add_task("catalogs", total=None)
@@ -100,3 +108,17 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
         asker.close()
         eng.close()
     console.print(f"{asker.logged} episodes logged to {log_dir}; analyse with: bapsql analyze {log_dir}")
+
+
+def _json_object(text: str) -> dict:
+    """``--chat-template-kwargs``: a JSON object, else a usage error saying what to pass."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"--chat-template-kwargs: not JSON ({exc}); pass an object, e.g. "
+                               "'{\"enable_thinking\": false}'") from exc
+    if not isinstance(value, dict):
+        raise click.UsageError(f"--chat-template-kwargs: pass a JSON object, got {type(value).__name__}")
+    return value

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bapsql.experiment import ExperimentConfig, placebo_source_method
+from bapsql.experiment import ExperimentConfig, placebo_source_method, with_template_kwargs
 from bapsql.models.registry import resolve_model
 from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
@@ -129,14 +129,15 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     done_ids = existing_episode_ids(run_dir)
     agents, engines = {}, {}
     for method in cfg.model_methods:
-        ec = cfg.engines[cfg.engine_of(method)]
+        s = cfg.sampling
+        ec = with_template_kwargs(cfg.engines[cfg.engine_of(method)], s.template_kwargs, cfg.engine_of(method))
         ec = dataclasses.replace(ec, model=resolve_model(ec.model, announce=say),
                                  num_threads=ec.num_threads or cfg.workers.engine_threads)
         engines[method] = ec
-        s = cfg.sampling
+        # the engine's chat-template options (sampling.template_kwargs merged in): prompts render as the server would
         agents[method] = AgentConfig(model_dir=str(ec.tokenizer_dir or ec.model), max_tokens=s.max_tokens,
                                      temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len,
-                                     template_kwargs=dict(s.template_kwargs))
+                                     template_kwargs=dict(ec.chat_template_kwargs))
     n_workers = max(1, min(cfg.workers.env_workers, len({t.db_id for t in tasks}) or 1))
     actors, engine_keys = actor_specs(cfg, run_dir, n_workers, agents, engines)
     own_monitor = monitor is None

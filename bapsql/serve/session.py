@@ -8,6 +8,8 @@ Contract of `Asker.ask(db, question, level, on_turn=None)` (blocking; the web ap
 - every pool thread keeps its own warm `DatabaseHandles` and env (neither is thread-safe), so at most
   ``concurrency`` episodes run at once and a database handle never crosses threads; the shield is the only path to
   SQLite (read-only connection, authorizer, VM-step caps);
+- prompts are rendered, and the context charged, with the engine config's ``chat_template_kwargs`` (e.g.
+  ``enable_thinking: false``), the options an ``openai_chat`` engine sends its server;
 - time is split per turn into ``model_s`` (the engine call), ``db_s`` (estimator and shield calls, catalog loads)
   and ``harness_s`` (the rest: env bookkeeping, rendering, the agent); ``on_turn(view)`` gets each turn's view
   (`bapsql.serve.views.turn_view`) as soon as it is played;
@@ -130,11 +132,14 @@ class Asker:
         served = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(engine_config.model)).strip("._") or "model"
         self.method = method_name(f"model.{served}", options.condition)
         self.template = load_template(tok_dir)
+        template_kwargs = dict(engine_config.chat_template_kwargs)  # e.g. enable_thinking: false, as the engine's
         self.agent_config = AgentConfig(model_dir=str(tok_dir), max_tokens=options.max_tokens,
-                                        temperature=options.temperature, max_model_len=engine_config.max_model_len)
+                                        temperature=options.temperature, max_model_len=engine_config.max_model_len,
+                                        template_kwargs=template_kwargs)
         from bapsql.tokens import load_token_counter
 
-        self.token_counter = load_token_counter(str(tok_dir))  # shared by the threads (the tokenizer is reentrant)
+        # shared by the threads (the tokenizer is reentrant); charges the context as the agent renders it
+        self.token_counter = load_token_counter(str(tok_dir), **template_kwargs)
         self.calibration, self.cache_dir = calibration, cache_dir
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="serve-episode")
         self.db_clock = _Clock()

@@ -8,7 +8,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     out_dir: runs/train           # <out_dir>/<name>-seed<k>/{sft,grpo,eval}
     model: {base: PATH | builtin:tiny | REGISTRY-NAME (smollm2-135m-instruct), dtype, device, threads,
             gradient_checkpointing, remote_learner, ...}
-    lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: null (every linear projection) | [q_proj, ...]}
+    lora: {rank: 32, alpha: 64, dropout: 0.0, target_modules: null (attention + MLP projections) | [q_proj, ...]}
     data: {benchmark: demo | PATH, split: train, eval_split: dev}
     pretrain: {enabled, hidden_size, num_layers, ..., augment_rounds, corpus_episodes, steps, batch, lr}
     prompt_style: full | terse    # the env's system prompt in SFT export, rollouts and evaluation
@@ -72,7 +72,7 @@ from bapsql.train.reward import RewardConfig
 @dataclass(frozen=True)
 class ModelSection:
     base: str  # a transformers folder, "builtin:tiny" or a registry name (bapsql.models.registry.resolve_model)
-    dtype: Dtype = "bfloat16"
+    dtype: Dtype = "auto"  # the checkpoint's own dtype (bapsql.models.dtype), float32 when it names none
     device: str = "auto"
     threads: int | None = None
     gradient_checkpointing: bool = False

@@ -1,5 +1,6 @@
 """The rollout engine of a training stage: the recipe's ``rollout.engine`` mapping made into an `EngineConfig` for one
-model folder, sized for the largest context budget it will serve (GRPO: the training levels; evaluation: its own)."""
+model folder, sized for the largest context budget it will serve (GRPO: the training levels; evaluation: its own),
+with the recipe's ``model.chat_template_kwargs`` (the only place a recipe sets them)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[st
 
     ladder = load_ladder()
     need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
-    raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model)}
+    options = dict(cfg.model.chat_template_kwargs)
+    own = cfg.rollout.engine.get("chat_template_kwargs")
+    if own is not None and own != options:
+        raise ConfigError(f"rollout.engine.chat_template_kwargs: {own} differs from model.chat_template_kwargs "
+                          f"{options}; set the chat-template options once, under model.chat_template_kwargs (SFT "
+                          "export, rollouts, the sync probe and evaluation all render with them)")
+    raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model), "chat_template_kwargs": options}
     if lora:
         raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)),
                    max_loras=max(cfg.grpo.max_staleness + 1, int(raw.get("max_loras", 1) or 1)))  # k+1 versions

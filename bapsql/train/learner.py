@@ -3,9 +3,9 @@
 Contract:
 
 - `Learner(cfg)` loads ``cfg.model_path`` (a transformers folder), wraps it with a fresh LoRA adapter (rank 32 on
-  every linear projection of the architecture by default, `discover_lora_targets`; B = 0, so the initial policy
-  equals the base model) or with the
-  adapter saved at ``cfg.adapter_path``, and builds AdamW over the adapter's parameters plus a warmup + constant /
+  the decoder's attention and MLP projections by default, `discover_lora_targets`; B = 0, so the initial policy
+  equals the base model) or with the adapter saved at ``cfg.adapter_path``, in ``cfg.dtype`` (``auto``: the
+  checkpoint's, `bapsql.models.dtype`), and builds AdamW over the adapter's parameters plus a warmup + constant /
   linear / cosine LR schedule. Only adapter weights train; the base stays frozen.
 - One *update* is one optimizer step over an effective batch of `Sample` sequences: the batch is split into
   micro-batches of at most ``micro_batch_tokens`` padded tokens, gradients accumulate, the loss is normalized by the
@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from bapsql.errors import ConfigError
+from bapsql.models.dtype import resolve_dtype
 from bapsql.train.config import LearnerConfig
 from bapsql.train.grpo import LossConfig, LossStats, policy_loss, sum_stats
 from bapsql.train.logprobs import auto_chunk, chunked_token_logprobs, nucleus_logprobs
@@ -134,10 +135,10 @@ class Learner(LearnerState):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = _resolve_device(cfg.device)
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg.dtype]
         path = Path(cfg.model_path)
         if not (path / "config.json").is_file():
             raise ConfigError(f"learner: no model at {path} (need a transformers folder with config.json)")
+        dtype = getattr(torch, resolve_dtype(cfg.dtype, path))  # auto: the checkpoint's (bapsql.models.dtype)
         torch.manual_seed(cfg.seed)
         from transformers.utils import logging as hf_logging
 

@@ -1,6 +1,7 @@
 """The learner's settings: what `bapsql.train.learner.Learner` needs (`LearnerConfig`), with its optimizer
 (`OptimConfig`) and LoRA (`LoraSpec`, also the ``lora:`` section of a training config), the `Dtype` names and
-`LORA_TARGETS`.
+`LORA_TARGETS`. ``dtype: auto`` (the default) loads the checkpoint in the dtype its config.json names, float32 when
+it names none (`bapsql.models.dtype.resolve_dtype`).
 
 `bapsql.train.config.TrainConfig.learner_config` builds a `LearnerConfig` for a stage of a training recipe;
 `bapsql.train.config` re-exports every name here.
@@ -14,14 +15,15 @@ from typing import Literal
 from bapsql.errors import ConfigError
 
 LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Qwen2
-Dtype = Literal["float32", "bfloat16", "float16"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]  # auto: the checkpoint's (bapsql.models.dtype)
 
 
 @dataclass(frozen=True)
 class LoraSpec:
-    """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts every linear
-    projection the architecture has except the output head (`bapsql.train.learner.discover_lora_targets`:
-    attention, MLP, and linear-attention blocks alike); a list overrides it."""
+    """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts the
+    decoder's attention and MLP projections the architecture names (q/k/v/o, gate/up/down and the fused
+    qkv_proj / gate_up_proj; `bapsql.train.model_parts.discover_lora_targets`); vision towers, linear-attention
+    blocks and any other linear are adapted only when listed. A list overrides the default."""
 
     rank: int = 32
     alpha: int = 64
@@ -34,7 +36,8 @@ class LoraSpec:
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout}")
         if self.target_modules is not None and not self.target_modules:
-            raise ConfigError("lora.target_modules: name at least one module, or null to adapt every projection")
+            raise ConfigError("lora.target_modules: name at least one module, or null to adapt the attention and "
+                              "MLP projections")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class LearnerConfig:
     optim: OptimConfig = OptimConfig()
     adapter_path: str | None = None
     micro_batch_tokens: int = 16_384
-    dtype: Dtype = "float32"
+    dtype: Dtype = "auto"
     device: str = "auto"
     threads: int | None = 1
     gradient_checkpointing: bool = False

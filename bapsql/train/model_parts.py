@@ -1,8 +1,8 @@
 """What the learner needs to know about a transformers model's parts: which projections LoRA adapts, where its
 dropouts are, and which files of its folder are weights.
 
-- `discover_lora_targets(model)`: every ``torch.nn.Linear`` except the output head (attention, MLP, shared-expert and
-  linear-attention projections alike), as peft ``target_modules``.
+- `discover_lora_targets(model)`: the decoder's attention and MLP projections (`PROJECTIONS`, fused forms included),
+  as peft ``target_modules``; vision towers, projectors, linear-attention blocks and the head only when listed.
 - `dropout_disabled(model)`: a context in which every dropout of the model is off.
 - `is_weight_file(name)`: weights and shard indexes, never copied next to a merged model.
 """
@@ -14,33 +14,60 @@ from typing import Any
 
 from bapsql.errors import ConfigError
 
+# the attention and MLP projections LoRA adapts by default: Llama / Qwen / Mistral names and the fused forms of
+# Phi-3-class checkpoints (GPT-2's c_attn / c_proj are Conv1D, and c_proj names both attention and MLP outputs:
+# list them under lora.target_modules)
+PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj",
+                                "down_proj", "gate_up_proj")
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
 
 
 def discover_lora_targets(model: Any) -> tuple[str, ...]:
-    """The LoRA ``target_modules`` of ``model``: every ``torch.nn.Linear`` except the output head — attention, MLP,
-    shared-expert and linear-attention projections alike. Leaf names (``q_proj``, ``in_proj_qkvz``, ...) where every
-    module of that name is a linear layer; full module paths for linear layers whose leaf name is shared with
-    another kind of module (a router named like a projection), so peft never wraps a module it cannot adapt."""
+    """The default LoRA ``target_modules`` of ``model``: its decoder's attention and MLP projections, the
+    ``torch.nn.Linear`` layers named in `PROJECTIONS` (``q_proj`` ... ``down_proj`` and the fused ``qkv_proj`` /
+    ``gate_up_proj``) inside ``model.get_decoder()`` (the whole model when it has none). Other linears — a vision
+    tower's, a multimodal projector's, linear-attention blocks' (``in_proj_qkvz``, ``out_proj``), routers, the output
+    head — are adapted only when ``lora.target_modules`` lists them. Leaf names where every module of that name is
+    such a projection; full module paths where a leaf name is shared with a module left out (a vision tower's
+    ``up_proj``, a router named like a projection), so peft never wraps a module outside the default.
+    `ConfigError` when the model has none of these projections."""
     import torch
 
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    linear: dict[str, list[str]] = {}
+    scope = _decoder_prefix(model)
+    taken: dict[str, list[str]] = {}
     other: set[str] = set()
     for name, m in model.named_modules():
         if not name:
             continue
         leaf = name.rsplit(".", 1)[-1]
-        if isinstance(m, torch.nn.Linear) and m is not head:
-            linear.setdefault(leaf, []).append(name)
+        inside = scope is None or name == scope or name.startswith(scope + ".")
+        if leaf in PROJECTIONS and inside and isinstance(m, torch.nn.Linear):
+            taken.setdefault(leaf, []).append(name)
         else:
             other.add(leaf)
     out: list[str] = []
-    for leaf, paths in sorted(linear.items()):
+    for leaf, paths in sorted(taken.items()):
         out.extend([leaf] if leaf not in other else paths)
     if not out:
-        raise ConfigError("lora: the model has no linear projection to adapt; set lora.target_modules")
+        kind = type(model).__name__
+        raise ConfigError(f"lora.target_modules: {kind} has no attention or MLP projection named like "
+                          f"{', '.join(PROJECTIONS)}; list the modules to adapt under lora.target_modules (leaf names "
+                          "of its torch.nn.Linear layers, e.g. [query_key_value, dense])")
     return tuple(out)
+
+
+def _decoder_prefix(model: Any) -> str | None:
+    """The module path of ``model.get_decoder()``, or None without a decoder (or when it is the model itself)."""
+    get = getattr(model, "get_decoder", None)
+    if get is None:
+        return None
+    try:
+        decoder = get()
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    if decoder is None:
+        return None
+    return next((name for name, m in model.named_modules() if m is decoder and name), None)  # "": the whole model
 
 
 @contextlib.contextmanager

@@ -37,6 +37,10 @@ REPO = Path(__file__).resolve().parents[2]
       "BAPSQL_SURELY_UNSET"], "not set"),
     (["--db", "{shop}", "--engine", "openai_chat:http://127.0.0.1:9/v1", "--model", "m", "--condition", "bogus"],
      "unknown condition"),
+    (["--db", "{shop}", "--engine", "openai_chat:http://127.0.0.1:9/v1", "--model", "m", "--chat-template-kwargs",
+      "enable_thinking=false"], "--chat-template-kwargs: not JSON"),
+    (["--db", "{shop}", "--engine", "openai_chat:http://127.0.0.1:9/v1", "--model", "m", "--chat-template-kwargs",
+      "[false]"], "pass a JSON object"),
 ])
 def test_serve_refuses_bad_arguments_with_what_to_pass(tmp_path, args, words):
     shop = make_shop(tmp_path / "shop.db")

@@ -21,7 +21,7 @@ from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 def test_config_loads_strictly_with_defaults():
     cfg = load_engine_config({"kind": "hf", "model": "/models/tiny", "max_model_len": 2048})
     assert (cfg.kind, cfg.model, cfg.max_model_len, cfg.dtype, cfg.enable_lora) == ("hf", "/models/tiny", 2048,
-                                                                                      "float32", False)
+                                                                                      "auto", False)
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,19 @@ def test_messages_round_trip_through_the_chatml_prompt(template):
         messages_of("plain text without a template")
 
 
+def test_a_prompt_ending_in_an_empty_think_block_is_a_generation_prompt(template):
+    """Qwen3 with thinking off ends its generation prompt in an empty think block; past turns keep theirs. Either
+    reads back as the plain messages, whatever framing the reader measured (here the packaged ChatML one)."""
+    think = "<think>\n\n</think>\n\n"
+    episode = [*MESSAGES, {"role": "assistant", "content": "first"}, {"role": "user", "content": "more"}]
+    text = template.decode(_prompt(template, MESSAGES)) + think
+    assert messages_of(text) == MESSAGES
+    past = text + "first<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n" + think
+    assert messages_of(past) == episode
+    with pytest.raises(EngineError, match="generation prompt"):
+        messages_of(text + "<think>\n")
+
+
 def test_native_tool_calls_become_the_tool_call_text():
     text = tool_call_text({"content": None, "tool_calls": [
         {"type": "function", "function": {"name": "execute_query", "arguments": '{"sql": "SELECT 1"}'}}]})
@@ -95,6 +108,25 @@ def test_generate_sends_messages_and_returns_the_text_and_usage(template, native
     assert sorted(stepped) == ["a", "b"] and stepped["a"].text == gen.text
     assert eng.token_sources["usage"] == 3
     assert "token accounting from the server's usage" in caplog.text
+
+
+def test_chat_template_kwargs_are_sent_when_configured(families):
+    """Qwen3 prompts rendered with thinking off: the engine sends ``chat_template_kwargs`` so the server's template
+    renders the same way; an engine without them sends none."""
+    template = ChatTemplate.from_dir(families["qwen3"])
+    prompt = template.apply(MESSAGES, add_generation_prompt=True, enable_thinking=False)
+    assert template.decode(prompt).endswith("<think>\n\n</think>\n\n")
+    with ScriptedChatServer(PLAN) as server:
+        for kwargs in ({"enable_thinking": False}, {}):
+            eng = _engine(server.base_url, tokenizer=str(families["qwen3"]), chat_template_kwargs=kwargs)
+            try:
+                [gen] = eng.generate([prompt], [PARAMS])
+            finally:
+                eng.close()
+            assert gen.finish_reason == "stop"
+    with_kwargs, without = server.requests
+    assert with_kwargs["chat_template_kwargs"] == {"enable_thinking": False} and with_kwargs["messages"] == MESSAGES
+    assert "chat_template_kwargs" not in without and without["messages"] == MESSAGES
 
 
 def test_without_usage_the_tokenizer_counts_and_the_log_says_so(template, caplog):

@@ -99,9 +99,10 @@ class LiveService:
 
 def build_service(db_paths, engine_url: str, log_dir: Path, *, api_key: str | None = None, concurrency: int = 4,
                   max_retries: int = 0, model: str = "scripted", max_tokens: int = 512, tokenizer: str = "",
-                  timeout_s: float = 10, **app_kw):
+                  timeout_s: float = 10, chat_template_kwargs: dict | None = None, **app_kw):
     """(asker, engine, app) over ``db_paths`` with an openai_chat engine at ``engine_url`` (``tokenizer``: the served
-    model's folder, whose template renders the prompts and whose tokenizer counts; default: the packaged one)."""
+    model's folder, whose template renders the prompts and whose tokenizer counts; default: the packaged one;
+    ``chat_template_kwargs``: the engine's chat-template options)."""
     from bapsql.rollout.engines.factory import engine_config_from_spec, make_engine
     from bapsql.serve.app import create_app
     from bapsql.serve.registry import DatabaseRegistry
@@ -111,7 +112,7 @@ def build_service(db_paths, engine_url: str, log_dir: Path, *, api_key: str | No
 
     cfg = dataclasses.replace(engine_config_from_spec(f"openai_chat:{engine_url}", model=model),
                               max_retries=max_retries, retry_backoff_s=0.0, timeout_s=timeout_s,
-                              tokenizer=str(tokenizer))
+                              tokenizer=str(tokenizer), chat_template_kwargs=dict(chat_template_kwargs or {}))
     registry = DatabaseRegistry.open(db_paths, load_token_counter(str(cfg.tokenizer_dir)))
     engine = make_engine(cfg)
     asker = Asker(engine, cfg, registry, ServeOptions(concurrency=concurrency, log_dir=str(log_dir), flush_s=0.2,

@@ -134,10 +134,10 @@ def _linear_attention_model(out):
     return out
 
 
-def test_lora_targets_are_discovered_from_the_model_including_linear_attention(tmp_path):
+def test_lora_targets_default_to_attention_and_mlp_projections_not_linear_attention(tmp_path):
     from bapsql.train.config import LoraSpec
     from bapsql.train.learner import Learner
-    from bapsql.train.model_parts import discover_lora_targets
+    from bapsql.train.model_parts import PROJECTIONS, discover_lora_targets
 
     from transformers import AutoModelForCausalLM
 
@@ -147,14 +147,17 @@ def test_lora_targets_are_discovered_from_the_model_including_linear_attention(t
     linear = {n for n, m in plain.named_modules() if isinstance(m, torch.nn.Linear) and m is not head}
     assert any("linear_attn" in n for n in linear) and any("self_attn" in n for n in linear)
     targets = discover_lora_targets(plain)
-    assert {"in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj", "q_proj", "down_proj"} <= set(targets)
+    assert set(targets) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     learner = Learner(learner_cfg(model))
     wrapped = dict(learner.model.get_base_model().named_modules())
-    assert all(hasattr(wrapped[n], "lora_A") for n in linear)  # every projection carries an adapter
+    projections = {n for n in linear if n.rsplit(".", 1)[-1] in PROJECTIONS}
+    assert projections and all(hasattr(wrapped[n], "lora_A") for n in projections)  # attention + both layers' MLPs
+    assert not any(hasattr(wrapped[n], "lora_A") for n in linear - projections)  # the Gated DeltaNet block's
+    assert any("linear_attn" in n for n in linear - projections)
     assert not hasattr(learner.model.get_base_model().get_output_embeddings(), "lora_A")
-    only = Learner(learner_cfg(model, lora=LoraSpec(rank=4, alpha=8, target_modules=("q_proj",))))
-    names = {n.split(".lora_A.")[0] for n, _ in only.model.named_parameters() if ".lora_A." in n}
-    assert names and all(n.endswith("q_proj") for n in names)  # the config override wins
+    listed = Learner(learner_cfg(model, lora=LoraSpec(rank=4, alpha=8, target_modules=("q_proj", "in_proj_z"))))
+    names = {n.split(".lora_A.")[0] for n, _ in listed.model.named_parameters() if ".lora_A." in n}
+    assert names and {n.rsplit(".", 1)[-1] for n in names} == {"q_proj", "in_proj_z"}  # a list wins
 
 
 def test_merge_copies_every_non_weight_file_of_the_base(tiny_model_dir, tmp_path):

@@ -34,6 +34,17 @@ def test_engine_config_fits_the_largest_budget_and_enables_lora(tmp_path):
         engine_config(small, tmp_path, lora=False)
 
 
+def test_the_engine_carries_the_recipes_chat_template_kwargs_set_in_one_place(tmp_path):
+    thinking_off = {"enable_thinking": False}
+    cfg = TrainConfig(name="x", model=ModelSection(base=str(tmp_path), chat_template_kwargs=thinking_off),
+                      rollout=RolloutSection(engine={"kind": "hf"}))
+    assert engine_config(cfg, tmp_path, lora=False).chat_template_kwargs == thinking_off
+    clash = TrainConfig(name="x", model=ModelSection(base=str(tmp_path), chat_template_kwargs=thinking_off),
+                        rollout=RolloutSection(engine={"kind": "hf", "chat_template_kwargs": {}}))
+    with pytest.raises(ConfigError, match="rollout.engine.chat_template_kwargs.*model.chat_template_kwargs"):
+        engine_config(clash, tmp_path, lora=False)
+
+
 def test_the_evaluation_engine_fits_the_evaluated_budgets_not_only_the_trained_ones(tmp_path):
     from bapsql.budgets import load_ladder
     from bapsql.train.config import BudgetSection

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -167,7 +167,12 @@ class Engine(Protocol):
 class EngineConfig:
     """How to build an engine (strict; load with `load_engine_config`).
 
-    ``model`` is a model folder (vllm, hf) or the served model's name (openai). ``kv_cache_space_gb`` sets
+    ``model`` is a model folder (vllm, hf) or the served model's name (openai). ``dtype`` ``auto`` (the default)
+    loads the checkpoint in the dtype its config.json names, float32 when it names none
+    (`bapsql.models.dtype.resolve_dtype`). ``chat_template_kwargs`` are the chat-template options prompts for this
+    engine are rendered with (e.g. ``{enable_thinking: false}`` for Qwen3-class templates): ``bapsql serve``'s agent
+    renders with them, a sweep merges ``sampling.template_kwargs`` into them, and ``openai_chat`` sends them to the
+    server so its template renders the same way. ``kv_cache_space_gb`` sets
     ``VLLM_CPU_KVCACHE_SPACE`` for vLLM on CPU (ignored on GPU, where ``gpu_memory_utilization`` applies).
     ``num_threads`` caps torch threads in the engine process (0: this process's CPU share). ``tokenizer`` is a
     folder holding ``tokenizer.json`` (default: ``model`` when it is a folder); the openai engine uses it to decode
@@ -181,7 +186,7 @@ class EngineConfig:
 
     kind: EngineKind
     model: str
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's (models.dtype)
     max_model_len: int = 4096
     enable_lora: bool = False
     max_lora_rank: int = 32
@@ -201,6 +206,7 @@ class EngineConfig:
     timeout_s: float = 120.0
     max_retries: int = 3
     retry_backoff_s: float = 0.5
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:

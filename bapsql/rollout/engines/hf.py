@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bapsql.errors import EngineError
+from bapsql.models.dtype import resolve_dtype
 from bapsql.rollout.engines.base import (
     RoundBatching,
     model_folder,
@@ -34,8 +35,6 @@ from bapsql.rollout.engines.base import (
     cut_at_stop,
 )
 from bapsql.rollout.engines.codec import ModelCodec, quiet_transformers
-
-_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 class HFEngine(RoundBatching):
@@ -53,7 +52,7 @@ class HFEngine(RoundBatching):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         else:
             device = config.device
-        dtype = "auto" if config.dtype == "auto" else getattr(torch, _DTYPES[config.dtype])
+        dtype = getattr(torch, resolve_dtype(config.dtype, path))  # auto: the checkpoint's (bapsql.models.dtype)
         try:
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

@@ -6,7 +6,8 @@ Contract (see `bapsql.rollout.engines.base`; messages in, text out):
   Llama 3, ...; ending in its generation prompt, under any of the template options `TEMPLATE_OPTIONS`, e.g. Qwen3's
   empty think block), as `bapsql.rollout.agent.ModelAgent` renders it; `messages_of` recovers the messages from them
   with the per-role texts measured from that template (`bapsql.models.framing.ChatFraming`), and each prompt becomes
-  one ``POST {base_url}/chat/completions`` with those messages — the server applies its own model's template. Tool
+  one ``POST {base_url}/chat/completions`` with those messages — the server applies its own model's template, with
+  the engine's ``chat_template_kwargs`` (sent as the body's ``chat_template_kwargs`` when set). Tool
   observations are sent as user messages (a chat API accepts role ``tool`` only as the answer to a native tool call,
   and none is declared). A prompt the template did not render raises `EngineError`.
 - the completion is the model's own text (its tool-call text). When the server parsed a tool call itself
@@ -52,6 +53,7 @@ from bapsql.rollout.engines.pooled import PooledRequests, json_headers
 log = logging.getLogger(__name__)
 
 TEMPLATE_OPTIONS: tuple[dict[str, Any], ...] = ({}, {"enable_thinking": False}, {"enable_thinking": True})
+EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3-class templates' generation prompt ends in it with thinking off
 MAX_WAIT_S = 30.0  # cap on one backoff wait (Retry-After included)
 _FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length"}
 
@@ -67,10 +69,13 @@ class _HTTPStatus(EngineError):
 def messages_of(prompt_text: str, framing: ChatFraming | Sequence[ChatFraming] = DEFAULT_FRAMING) -> list[dict]:
     """The chat messages of a prompt rendered with a chat template (special tokens kept) that ends in its generation
     prompt. ``framing``: the template's `ChatFraming`, or several (one per template option set: the first names the
-    per-role texts, any one's generation prompt may end the prompt). `EngineError` when the text does not parse."""
+    per-role texts, any one's generation prompt may end the prompt). A generation prompt followed by an empty think
+    block (`EMPTY_THINK`, Qwen3 with thinking off) is one too, whichever framing measured it; the block is not part
+    of the assistant's text. `EngineError` when the text does not parse."""
     framings = [framing] if isinstance(framing, ChatFraming) else list(framing)
     base = framings[0]
-    gens = sorted({f.generation_prompt for f in framings if f.generation_prompt}, key=len, reverse=True)
+    gens = {f.generation_prompt for f in framings if f.generation_prompt}
+    gens = sorted(gens | {g + EMPTY_THINK for g in gens if not g.endswith(EMPTY_THINK)}, key=len, reverse=True)
     gen = next((g for g in gens if prompt_text.endswith(g)), None)
     if gen is None:
         raise EngineError(f"openai_chat: the prompt does not end in the generation prompt {base.generation_prompt!r} "
@@ -122,9 +127,10 @@ def api_messages(messages: Sequence[dict]) -> list[dict]:
     return [{"role": "user" if m["role"] == "tool" else m["role"], "content": m["content"]} for m in messages]
 
 
-def template_framings(folder: Any) -> tuple[ChatFraming, ...]:
-    """The framings of ``folder``'s chat template under each of `TEMPLATE_OPTIONS` that renders (`DEFAULT_FRAMING`
-    when the folder has no chat template)."""
+def template_framings(folder: Any, options: dict[str, Any] | None = None) -> tuple[ChatFraming, ...]:
+    """The framings of ``folder``'s chat template under ``options`` (the engine's ``chat_template_kwargs``; first)
+    and each of `TEMPLATE_OPTIONS` that renders (`DEFAULT_FRAMING` when the folder has no chat template).
+    `ConfigError` when ``options`` do not render."""
     from bapsql.tokens import has_chat_template
 
     if folder is None or not has_chat_template(folder):
@@ -132,10 +138,14 @@ def template_framings(folder: Any) -> tuple[ChatFraming, ...]:
     from bapsql.models.chat_template import ChatTemplate
 
     template = ChatTemplate.from_dir(folder)
-    out: list[ChatFraming] = [template.framing()]
-    for options in TEMPLATE_OPTIONS[1:]:
+    try:
+        out: list[ChatFraming] = [template.framing(**(options or {}))]
+    except ChatTemplateError as exc:
+        raise ConfigError(f"engine.chat_template_kwargs: the chat template of {folder} does not render under "
+                          f"{options}: {exc}") from exc
+    for extra in TEMPLATE_OPTIONS:
         try:
-            f = template.framing(**options)
+            f = template.framing(**extra)
         except ChatTemplateError:
             continue
         if f not in out:
@@ -170,7 +180,7 @@ class OpenAIChatEngine(PooledRequests):
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._headers = json_headers(config.api_key_env)
         self._codec = ModelCodec.from_dir(config.tokenizer_dir)
-        self._framings = template_framings(config.tokenizer_dir)
+        self._framings = template_framings(config.tokenizer_dir, config.chat_template_kwargs)
         eot = self._framings[0].end_of_turn_text
         end = list(self._framings[0].end_of_turn_ids[:1]) or self._codec.encode(eot)
         if len(end) != 1:
@@ -217,6 +227,8 @@ class OpenAIChatEngine(PooledRequests):
             body["seed"] = sp.seed
         if sp.stop:
             body["stop"] = list(sp.stop)
+        if self.config.chat_template_kwargs:  # the server renders its template as the prompt was (vLLM, SGLang)
+            body["chat_template_kwargs"] = dict(self.config.chat_template_kwargs)
         data = self._post(body)
         try:
             choice = data["choices"][0]

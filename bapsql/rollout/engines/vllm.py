@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bapsql.errors import EngineError
+from bapsql.models.dtype import resolve_dtype
 from bapsql.rollout.engines.base import (
     model_folder,
     AdapterRef,
@@ -91,8 +92,9 @@ class VLLMEngine:
                             gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
                             enforce_eager=config.enforce_eager, enable_lora=config.enable_lora,
                             logprobs_mode="processed_logprobs")
-        if config.dtype != "auto":
-            kwargs["dtype"] = config.dtype
+        # auto: the checkpoint's dtype, as the learner resolves it (vLLM's own auto runs a float32 checkpoint in half
+        # precision, which the float32 learner would not match)
+        kwargs["dtype"] = resolve_dtype(config.dtype, path)
         if config.tokenizer_dir is not None:
             kwargs["tokenizer"] = str(config.tokenizer_dir)
         if config.enable_lora:

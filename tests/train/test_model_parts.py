@@ -1,0 +1,85 @@
+"""LoRA's default targets (bapsql/train/model_parts.py): the decoder's attention and MLP projections the architecture
+names, fused forms included; a vision tower, a projector, linear-attention blocks, routers and the head are left to
+``lora.target_modules``."""
+
+from __future__ import annotations
+
+import pytest
+
+from bapsql.errors import ConfigError
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+class _Layer(nn.Module):
+    def __init__(self, fused: bool, linear_attention: bool = False):
+        super().__init__()
+        if linear_attention:
+            self.linear_attn = nn.ModuleDict({"in_proj_qkvz": nn.Linear(8, 32), "out_proj": nn.Linear(8, 8)})
+        else:
+            self.self_attn = nn.ModuleDict({"qkv_proj": nn.Linear(8, 24), "o_proj": nn.Linear(8, 8)} if fused else
+                                           {n: nn.Linear(8, 8) for n in ("q_proj", "k_proj", "v_proj", "o_proj")})
+        self.mlp = nn.ModuleDict({"gate_up_proj": nn.Linear(8, 32), "down_proj": nn.Linear(16, 8)} if fused else
+                                 {"gate_proj": nn.Linear(8, 16), "up_proj": nn.Linear(8, 16),
+                                  "down_proj": nn.Linear(16, 8)})
+        self.router = nn.ModuleDict({"gate": nn.Linear(8, 4)})
+
+
+class _Multimodal(nn.Module):
+    """A hybrid multimodal checkpoint's shape: a vision tower whose MLP shares the decoder's projection names, a
+    projector, a decoder with a fused layer, a plain one and a linear-attention one, and an output head."""
+
+    def __init__(self):
+        super().__init__()
+        self.vision_tower = nn.ModuleDict({"fc1": nn.Linear(8, 8), "mlp": nn.ModuleDict({
+            "up_proj": nn.Linear(8, 16), "down_proj": nn.Linear(16, 8)})})
+        self.multi_modal_projector = nn.ModuleDict({"linear_1": nn.Linear(8, 8)})
+        self.language_model = nn.ModuleDict({"layers": nn.ModuleList(
+            [_Layer(fused=True), _Layer(fused=False), _Layer(fused=False, linear_attention=True)])})
+        self.lm_head = nn.Linear(8, 100)
+
+    def get_decoder(self):
+        return self.language_model
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+
+def test_the_tiny_model_gets_its_seven_projections(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from bapsql.train.model_parts import discover_lora_targets
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert discover_lora_targets(model) == ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj",
+                                            "v_proj")
+
+
+def test_only_the_decoders_attention_and_mlp_projections_are_taken_by_default():
+    from bapsql.train.model_parts import discover_lora_targets
+
+    model = _Multimodal()
+    targets = discover_lora_targets(model)
+    decoder_mlp = [f"language_model.layers.{i}.mlp" for i in range(3)]
+    # down_proj / up_proj also name the vision tower's MLP: the decoder's are named by path, the tower's never
+    assert targets == tuple([f"{p}.down_proj" for p in decoder_mlp] + ["gate_proj", "gate_up_proj", "k_proj",
+                                                                        "o_proj", "q_proj", "qkv_proj"]
+                            + [f"{p}.up_proj" for p in decoder_mlp[1:]] + ["v_proj"])
+    peft = pytest.importorskip("peft")
+    adapted = peft.inject_adapter_in_model(peft.LoraConfig(r=2, target_modules=list(targets)), model)
+    wrapped = {n for n, m in adapted.named_modules() if hasattr(m, "lora_A")}
+    assert wrapped and all(n.startswith("language_model.") and ".router" not in n and "linear_attn" not in n
+                           for n in wrapped)
+    assert {n.rsplit(".", 1)[-1] for n in wrapped} == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "q_proj",
+                                                       "k_proj", "v_proj", "gate_proj", "up_proj"}
+    assert len(wrapped) == 2 + 2 + 4 + 3 + 3  # fused layer, plain layer, linear-attention layer's MLP
+
+
+def test_a_model_without_named_projections_asks_for_target_modules():
+    from bapsql.train.model_parts import discover_lora_targets
+
+    falcon_like = nn.ModuleDict({"h": nn.ModuleList([nn.ModuleDict({"query_key_value": nn.Linear(8, 24),
+                                                                     "dense": nn.Linear(8, 8)})])})
+    with pytest.raises(ConfigError, match="lora.target_modules.*list the modules"):
+        discover_lora_targets(falcon_like)
