@@ -1,8 +1,13 @@
 """bapsql.analysis: the offline analysis of trajectory logs (DESIGN §7). It reads Parquet only.
 
-Modules: `load` (run dirs → frames), `metrics` (success, Frontier Score, cost), `statistics` (pure numpy: cluster
-bootstrap, t, sign tests), `comparisons` (paired effects, primary gate), `transitions`, `diagnostics`, `plots`,
-`report` (Markdown/HTML), `analyze` (`analyze_runs`, `Summary`), `synthetic` (planted-effect logs for tests).
+Modules: `scan` (run dirs → running aggregates, out of core: Parquet record batches with column projection, folded
+by `accumulate` with the primitives of `codes`), `from_aggregates` (every statistic from those aggregates),
+`source` (the `LogSource` a summary reads; `EpisodeSource`, the per-episode reference over whole frames), `load`
+(run dirs → frames, and the file/notes conventions the scan shares), `metrics` (success, Frontier Score, cost),
+`statistics` (pure numpy: cluster bootstrap, t, sign tests), `comparisons` (paired effects, primary gate),
+`transitions`, `diagnostics`, `plots`, `report` (Markdown/HTML), `analyze` (`analyze_runs`, `Summary`),
+`synthetic` (planted-effect logs for tests and the benchmark). Memory is bounded by clusters (methods × budgets ×
+seeds × databases) and tasks, not by episodes (issue 33).
 Nothing here imports bapsql layers above the log schema, so logs from any version or system can be analysed.
 """
 

@@ -1,8 +1,11 @@
 """The offline analysis job: run directories → `Summary` → report.md, report.html, PNG figures, summary.json.
 
-`summarize` computes everything from loaded logs; `analyze_runs` loads, summarizes and writes. `summary.json`'s
-contract: ``methods[<method>]["success"][<level>]`` (percent) and ``methods[<method>]["frontier_score"]`` (pp or
-null), next to every other computed quantity (comparisons, primary gates, transitions, diagnostics, notes).
+`analyze_runs` scans the logs out of core into per-cluster aggregates (`bapsql.analysis.scan`), summarizes them and
+writes the files (`write_report`); `summarize_source` assembles a `Summary` from any `bapsql.analysis.source.LogSource`
+(the scan's aggregates, or `EpisodeSource`, the per-episode reference); `summarize` does it for loaded frames.
+`summary.json`'s contract: ``methods[<method>]["success"][<level>]`` (percent) and
+``methods[<method>]["frontier_score"]`` (pp or null), next to every other computed quantity (comparisons, primary
+gates, transitions, diagnostics, notes).
 
 Pairs: every unordered pair of methods is compared at every level; a pair that includes the reference is oriented
 ``other − reference``, any other pair ``first − second`` in alphabetical order. The reference is the method named by
@@ -29,25 +32,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from bapsql.analysis.comparisons import PairedComparison, PrimaryGate, paired_comparisons, primary_gate
-from bapsql.analysis.diagnostics import (
-    Coverage,
-    FailureCounts,
-    WarningFlow,
-    estimator_coverage,
-    failure_taxonomy,
-    warning_flow,
-)
-from bapsql.analysis.load import RunLogs, load_runs, split_method
-from bapsql.analysis.metrics import (
-    LADDER,
-    CellMetrics,
-    cell_metrics,
-    frontier_scores,
-    order_levels,
-    success_intervals,
-)
-from bapsql.analysis.transitions import TransitionAnalysis, transition_analysis
+from bapsql.analysis.comparisons import PairedComparison, PrimaryGate, primary_gate
+from bapsql.analysis.diagnostics import Coverage, FailureCounts, WarningFlow
+from bapsql.analysis.load import RunLogs, split_method
+from bapsql.analysis.metrics import LADDER, CellMetrics, frontier_scores
+from bapsql.analysis.source import LogSource
+from bapsql.analysis.transitions import TransitionAnalysis
 from bapsql.errors import RunLogError
 
 SUMMARY_FORMAT = "bapsql.analysis.summary/1"
@@ -120,30 +110,40 @@ def summarize(
     logs: RunLogs, *, reference: str | None = None, replicates: int = 10_000, seed: int = 0,
     progress: Progress = _quiet,
 ) -> Summary:
-    """Compute every table of the report from loaded logs. ``reference``: the method the others are compared
-    against (None: no reference sections). Raises `RunLogError` for a ``reference`` the runs do not hold."""
+    """Compute every table of the report from loaded logs (folded into aggregates first, as the scan does).
+    ``reference``: the method the others are compared against (None: no reference sections). Raises
+    `RunLogError` for a ``reference`` the runs do not hold."""
+    from bapsql.analysis.scan import aggregate_logs
+
+    return summarize_source(aggregate_logs(logs), reference=reference, replicates=replicates, seed=seed,
+                            progress=progress)
+
+
+def summarize_source(
+    source: LogSource, *, reference: str | None = None, replicates: int = 10_000, seed: int = 0,
+    progress: Progress = _quiet,
+) -> Summary:
+    """`summarize` over any `LogSource`: aggregates from the scan (`bapsql.analysis.scan`) or the per-episode
+    reference (`bapsql.analysis.source.EpisodeSource`)."""
     if replicates < 1:
         raise RunLogError(f"replicates must be at least 1, got {replicates}")
-    ep = logs.episodes if "condition" in logs.episodes else logs.episodes.assign(condition=None)
-    methods = tuple(sorted(ep["method"].unique()))
-    levels = order_levels(ep["budget"].unique())
+    methods, levels = source.methods, source.levels
     if reference is not None and reference not in methods:
         raise RunLogError(f"reference method {reference!r} is not in the runs; methods are {list(methods)}")
     ref = reference if len(methods) > 1 else None
-    notes = list(logs.notes)
-    n_db = int(ep["db_id"].nunique())
+    notes = list(source.notes)
+    n_db = source.databases
     if n_db < MIN_CLUSTER_DATABASES:
         notes.append(f"only {n_db} database(s): database-cluster intervals and sign tests are not meaningful with "
                      f"fewer than {MIN_CLUSTER_DATABASES} databases; read them as descriptive")
     if ref is None and len(methods) > 1:
         notes.append("no reference method named (bapsql analyze --reference METHOD, or reference: in the "
                      "experiment config): primary gates, Table 4 deltas and transitions are left out")
-    conditions = {m: (c if isinstance(c, str) else split_method(m)[1])
-                  for m, c in ep.groupby("method", sort=True)["condition"].first().items()}
-    progress(f"metrics: {len(ep):,} episodes, {len(methods)} methods × {len(levels)} budgets")
-    cells = cell_metrics(ep)
-    per_db = cell_metrics(ep, by="db_id")
-    per_seed = cell_metrics(ep, by="seed")
+    conditions = {m: split_method(m)[1] for m in methods}  # load.apply_conditions makes the label carry it
+    progress(f"metrics: {source.episodes:,} episodes, {len(methods)} methods × {len(levels)} budgets")
+    cells = source.cells()
+    per_db = source.cells(by="db_id")
+    per_seed = source.cells(by="seed")
     frontier = {m: f for (m, _), f in frontier_scores(cells).items()}
     for m in methods:
         have = {c.budget for c in cells if c.method == m}
@@ -157,30 +157,29 @@ def summarize(
     for (m, g), f in frontier_scores(per_db).items():
         fs_db.setdefault(m, {})[str(g)] = f
     progress(f"bootstrap: success intervals ({replicates:,} replicates)")
-    ci = success_intervals(ep, replicates=replicates, seed=seed)
+    ci = source.success_intervals(replicates=replicates, seed=seed)
     pairs = comparison_pairs(methods, ref) if len(methods) > 1 else []
     progress(f"bootstrap: {len(pairs)} method pairs × {len(levels)} budgets ({replicates:,} replicates)")
-    comps = paired_comparisons(ep, pairs, budgets=levels, replicates=replicates, seed=seed)
+    comps = source.paired_comparisons(pairs, budgets=levels, replicates=replicates, seed=seed)
     others = [m for m in methods if m != ref] if ref is not None else []
     gates = tuple(primary_gate(comps, m, ref) for m in others)
     progress("transitions and diagnostics")
     transitions: list[TransitionAnalysis] = []
     for m in others:
-        transitions += transition_analysis(ep, m, ref)
+        transitions += source.transitions(m, ref)
     if others and not transitions:
         notes.append("no transition analysis: it needs the reference and another method at all of XS, S, M, L")
     breaches = sum(c.breaches for c in cells)
     if breaches:
         notes.append(f"{breaches} episode(s) carry the hard-breach audit flag: accounting is broken somewhere")
-    placebo = placebo_records(logs.run_dirs)
-    empty = empty_gold_summary(ep)
+    placebo = placebo_records(source.run_dirs)
     for m in methods:
         if conditions.get(m) == "shuffled_estimate" and m not in placebo:
             notes.append(f"{m}: no placebo record in the runs' sweep.json, so how far its shown estimates were from "
                          "an exact permutation of the true ones is unknown")
     return Summary(
-        runs=logs.run_dirs,
-        episodes=len(ep),
+        runs=source.run_dirs,
+        episodes=source.episodes,
         methods=methods,
         levels=levels,
         reference=ref,
@@ -198,12 +197,12 @@ def summarize(
         comparisons=comps,
         gates=gates,
         transitions=tuple(transitions),
-        coverage=estimator_coverage(logs.turns) if len(logs.turns) else (),
-        warning_flow=warning_flow(ep),
-        failures=failure_taxonomy(ep),
+        coverage=source.coverage(),
+        warning_flow=source.warning_flow(),
+        failures=source.failures(),
         notes=tuple(notes),
         placebo=placebo,
-        empty_gold=empty,
+        empty_gold=source.empty_gold(),
     )
 
 
@@ -319,14 +318,28 @@ def analyze_runs(
     replicates: int = 10_000,
     seed: int = 0,
     progress: Progress = _quiet,
+    console: Any = None,
 ) -> Summary:
     """Analyse the runs and write ``report.md``, ``report.html``, ``frontier.png``, ``quality_tokens.png`` and
-    ``summary.json`` into ``out_dir`` (created if needed). Figures are skipped, with a note, without matplotlib."""
-    from bapsql.analysis.report import render_html, render_markdown
+    ``summary.json`` into ``out_dir`` (created if needed). Figures are skipped, with a note, without matplotlib.
+
+    The logs are scanned out of core (`bapsql.analysis.scan.scan_runs`): memory is bounded by clusters (methods ×
+    budgets × seeds × databases) and tasks, not episodes. The scan's progress bar goes to ``console`` (a rich
+    console) when given, else as plain lines to ``progress``."""
+    from bapsql.analysis.scan import LineConsole, scan_runs
 
     progress(f"loading {len(run_dirs)} run(s)")
-    logs = load_runs(run_dirs)
-    summary = summarize(logs, reference=reference, replicates=replicates, seed=seed, progress=progress)
+    bar = console if console is not None else (None if progress is _quiet else LineConsole(progress))
+    source = scan_runs(run_dirs, console=bar)
+    summary = summarize_source(source, reference=reference, replicates=replicates, seed=seed, progress=progress)
+    return write_report(summary, out_dir, progress=progress)
+
+
+def write_report(summary: Summary, out_dir: str | Path, *, progress: Progress = _quiet) -> Summary:
+    """Write the report files of `analyze_runs` into ``out_dir``; returns the summary (with a note when
+    matplotlib is missing and the figures are skipped)."""
+    from bapsql.analysis.report import render_html, render_markdown
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     progress("figures")

@@ -59,7 +59,8 @@ class Coverage:
     preflight_rejected: int = 0
 
 
-def _ladder_vm_steps() -> dict[str, int]:
+def ladder_vm_steps() -> dict[str, int]:
+    """Level → VM-step budget of the packaged ladder (XS–L)."""
     from bapsql.budgets import LEVELS, load_ladder
 
     ladder = load_ladder()
@@ -84,7 +85,7 @@ def estimator_coverage(turns: pd.DataFrame, vm_step_budgets: Mapping[str, int] |
     """Coverage per method (pooled) and per method × budget for every quantity that has any estimate (module
     docstring). ``vm_step_budgets``: level → VM-step budget (a cap-stopped run's cap comes from it; None: the
     packaged ladder's XS–L); levels not in it use the steps the run spent as the cap."""
-    budgets = dict(_ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
+    budgets = dict(ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
     status = turns["status"].astype(object) if "status" in turns else pd.Series(None, index=turns.index, dtype=object)
     execute = turns["action"].astype(object) == "execute_query"
     has_est = turns[[f"est_{q}_p95" for q in QUANTITIES]].notna().any(axis=1)
@@ -119,7 +120,8 @@ def estimator_coverage(turns: pd.DataFrame, vm_step_budgets: Mapping[str, int] |
     return tuple(out)
 
 
-def _pct(num: int, den: int) -> float:
+def percent(num: int, den: int) -> float:
+    """``100 · num / den``; NaN when ``den`` is 0."""
     return 100.0 * num / den if den else math.nan
 
 
@@ -165,7 +167,7 @@ def warning_flow(episodes: pd.DataFrame) -> tuple[WarningFlow, ...]:
         out.append(
             WarningFlow(
                 str(method), str(budget), n, w, wr, wrs, rej, rejs,
-                _pct(w, n), _pct(wr, w), _pct(wrs, wr), _pct(rejs, rej),
+                percent(w, n), percent(wr, w), percent(wrs, wr), percent(rejs, rej),
             )
         )
     return tuple(sorted(out, key=lambda w: (w.method, level_key(w.budget))))

@@ -6,14 +6,15 @@ per-(method, database) deviation (sd ``db_sd``), so the expected pooled differen
 difference of their planted probabilities; total tokens have mean ``tokens[m][b]`` times a per-database factor;
 estimator p95 covers the actual rows / result tokens / VM steps with probability 0.95 and p50 with 0.5.
 Successes of different methods on the same task are coupled (with probability ``coupling`` they share one uniform
-draw), as real paired evaluations are. `write_run` writes the tables hive-partitioned by method/budget, as a run does.
+draw), as real paired evaluations are. `write_run` writes the tables hive-partitioned by method/budget, as a run does;
+`write_synthetic_run` draws and writes one method × level at a time (`synthetic_parts`), for runs larger than memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 from urllib.parse import quote
 
 import numpy as np
@@ -54,6 +55,27 @@ def _assign_databases(spec: SyntheticSpec, rng: np.random.Generator) -> np.ndarr
 
 def synthetic_run(spec: SyntheticSpec) -> tuple[pa.Table, pa.Table]:
     """Draw ``(episodes, turns)`` tables in the log schema. Deterministic in ``spec`` (including ``rng_seed``)."""
+    parts = list(synthetic_parts(spec))
+    episodes = pa.concat_tables([e for e, _ in parts])
+    turn_parts = [t for _, t in parts if t is not None]
+    return episodes, pa.concat_tables(turn_parts) if turn_parts else TURNS_SCHEMA.empty_table()
+
+
+def write_synthetic_run(run_dir: str | Path, spec: SyntheticSpec) -> tuple[int, int]:
+    """Draw and write the run of `synthetic_run` part by part (one method × level at a time), so runs far larger
+    than memory can be written; the files equal ``write_run(run_dir, *synthetic_run(spec))``. Returns the numbers of
+    episodes and turns written."""
+    episodes = turns = 0
+    for ep, tu in synthetic_parts(spec):
+        write_run(run_dir, ep, tu)
+        episodes += ep.num_rows
+        turns += tu.num_rows if tu is not None else 0
+    return episodes, turns
+
+
+def synthetic_parts(spec: SyntheticSpec) -> Iterator[tuple[pa.Table, pa.Table | None]]:
+    """The ``(episodes, turns)`` of `synthetic_run`, one method × level at a time (turns None when
+    ``turns_per_episode`` is 0)."""
     rng = np.random.default_rng(spec.rng_seed)
     n_t, n_s = spec.n_tasks, len(spec.seeds)
     task_db = _assign_databases(spec, rng)
@@ -63,7 +85,6 @@ def synthetic_run(spec: SyntheticSpec) -> tuple[pa.Table, pa.Table]:
     shared_u = {lv: np.where(rng.random((n_t, n_s)) < 0.8, base_u, rng.random((n_t, n_s))) for lv in levels}
     db_token_factor = np.exp(rng.normal(0.0, 0.25, spec.n_databases))
     seeds = np.asarray(spec.seeds, dtype=np.int64)
-    episode_parts, turn_parts = [], []
     for method in sorted(spec.success):
         dev = rng.normal(0.0, spec.db_sd, spec.n_databases)
         tok_dev = np.exp(rng.normal(0.0, spec.token_db_sd, spec.n_databases))
@@ -106,12 +127,8 @@ def synthetic_run(spec: SyntheticSpec) -> tuple[pa.Table, pa.Table]:
                 "terminated": np.ones(n, bool), "truncated": np.zeros(n, bool), "breach": np.zeros(n, bool),
                 "failure": failure, "policy_version": np.zeros(n, np.int64), "wall_s": rng.random(n),
             }
-            episode_parts.append(pa.Table.from_pydict(cols, schema=EPISODES_SCHEMA))
-            if spec.turns_per_episode > 0:
-                turn_parts.append(_turns(rng, cols, n_turns))
-    episodes = pa.concat_tables(episode_parts)
-    turns = pa.concat_tables(turn_parts) if turn_parts else TURNS_SCHEMA.empty_table()
-    return episodes, turns
+            episodes = pa.Table.from_pydict(cols, schema=EPISODES_SCHEMA)
+            yield episodes, _turns(rng, cols, n_turns) if spec.turns_per_episode > 0 else None
 
 
 def _turns(rng: np.random.Generator, ep: dict, n_turns: np.ndarray) -> pa.Table:

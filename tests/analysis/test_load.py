@@ -5,6 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hst
 
 from bapsql.analysis.load import load_runs
 from bapsql.analysis.synthetic import write_run
@@ -98,3 +100,20 @@ def test_reads_what_the_production_trajectory_writer_writes(tmp_path):
     assert len(logs.episodes) == 12 and logs.episode_files > 2
     assert sorted(logs.episodes["method"].unique()) == ["BAP-SQL_SFT", "SQL-RL_matched"]
     assert logs.episodes["success"].sum() == 8
+
+
+@given(hst.lists(hst.tuples(hst.sampled_from(["a", "b@x", "b@", "c@y@z", "model.q@full"]),
+                            hst.sampled_from([None, "", "x", "y", "full"])), min_size=1, max_size=12))
+def test_condition_label_is_apply_conditions_for_one_pair(pairs):
+    """The scan labels each distinct (method, condition) pair; the loader labels whole frames: the same labels."""
+    import pandas as pd
+
+    from bapsql.analysis.load import apply_conditions, clash_note, condition_label
+
+    frame = pd.DataFrame({"method": [m for m, _ in pairs], "condition": [c for _, c in pairs]})
+    out, notes = apply_conditions(frame)
+    labels = [condition_label(m, c) for m, c in pairs]
+    assert list(out["method"]) == [label for label, _, _ in labels]
+    assert [c if isinstance(c, str) else None for c in out["condition"]] == [c for _, c, _ in labels]
+    clashes = sum(clash for _, _, clash in labels)
+    assert notes == ((clash_note(clashes),) if clashes else ())

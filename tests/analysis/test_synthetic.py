@@ -38,3 +38,17 @@ def test_planted_rates_are_recovered():
     t = turns.to_pandas()
     assert (t["actual_rows"] <= t["est_rows_p95"]).mean() == pytest.approx(0.95, abs=0.01)
     assert (t["actual_rows"] <= t["est_rows_p50"]).mean() == pytest.approx(0.5, abs=0.02)
+
+
+def test_writing_part_by_part_writes_the_same_files(tmp_path):
+    import pyarrow.parquet as pq
+
+    from bapsql.analysis.synthetic import write_run, write_synthetic_run
+
+    small = SyntheticSpec(success=SPEC.success, tokens=SPEC.tokens, n_tasks=50, n_databases=3, seeds=(0, 1))
+    assert write_synthetic_run(tmp_path / "parts", small) == tuple(t.num_rows for t in synthetic_run(small))
+    write_run(tmp_path / "whole", *synthetic_run(small))
+    files = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*.parquet"))
+    assert files == sorted(p.relative_to(tmp_path / "parts") for p in (tmp_path / "parts").rglob("*.parquet"))
+    for f in files:
+        assert pq.read_table(tmp_path / "parts" / f).equals(pq.read_table(tmp_path / "whole" / f))
