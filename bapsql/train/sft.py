@@ -18,12 +18,13 @@ Parquet that ``bapsql sft-data`` writes (columns ``input_ids``, ``loss_mask``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -121,7 +122,11 @@ def sft_worker(config: dict, dist: Any) -> None:
 
     def report(step: int, m: UpdateMetrics) -> None:
         if rank == 0 and (step % every == 0 or step == total - 1):
-            print(progress_line(step + 1, total, m.loss, time.perf_counter() - t0), flush=True)
+            line = progress_line(step + 1, total, m.loss, time.perf_counter() - t0)
+            print(line, flush=True)  # the worker's log
+            if config.get("progress_file"):  # the driver tails it (Ray runs with log_to_driver off)
+                with open(config["progress_file"], "a") as fh:
+                    fh.write(line + "\n")
         if step < total - 1:
             dist.report({"step": step, "loss": m.loss, "grad_norm": m.grad_norm, "lr": m.lr,
                          "tokens_per_s": m.tokens_per_s, "tokens": m.tokens})
@@ -149,15 +154,54 @@ def run_sft(data: str | Path, learner_cfg: LearnerConfig, out_dir: str | Path, *
     from bapsql.rollout.ray_shell.train import fit_data_parallel
 
     out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    progress = out / "progress.log"
+    progress.write_text("")
     t0 = time.perf_counter()
-    fit = fit_data_parallel(
-        sft_worker, {"data": str(Path(data).resolve()), "learner": learner_cfg, "max_length": max_length,
-                     "effective_batch": effective_batch // num_workers * num_workers, "epochs": epochs,
-                     "seed": seed},
-        out_dir=out, copy=("adapter", "merged"), num_workers=num_workers, use_gpu=use_gpu, strategy=strategy,
-        resources_per_worker=resources_per_worker, name="sft")
+    with _echo_lines(progress):
+        fit = fit_data_parallel(
+            sft_worker, {"data": str(Path(data).resolve()), "learner": learner_cfg, "max_length": max_length,
+                         "effective_batch": effective_batch // num_workers * num_workers, "epochs": epochs,
+                         "seed": seed, "progress_file": str(progress)},
+            out_dir=out, copy=("adapter", "merged"), num_workers=num_workers, use_gpu=use_gpu, strategy=strategy,
+            resources_per_worker=resources_per_worker, name="sft")
     m = fit.metrics
     return SFTResult(adapter_dir=out / "adapter", merged_dir=out / "merged", pairs=int(m["pairs"]),
                      dropped_too_long=int(m["dropped_too_long"]), steps=int(m["step"]) + 1,
                      losses=tuple(float(x) for x in m["losses"]), tokens_per_s=float(m["tokens_per_s"]),
                      seconds=time.perf_counter() - t0, history=fit.history)
+
+
+@contextlib.contextmanager
+def _echo_lines(path: Path, every_s: float = 2.0) -> Iterator[None]:
+    """Print the lines appended to ``path`` to stderr while the body runs (rank 0's progress: Ray keeps worker
+    output out of the driver's console). A worker on another node writes its own copy; its log keeps the lines."""
+    import sys
+    import threading
+
+    stop = threading.Event()
+
+    def pump() -> None:
+        pos = 0
+        while True:
+            done = stop.wait(every_s)
+            try:
+                with open(path) as fh:
+                    fh.seek(pos)
+                    chunk = fh.read()
+                    pos = fh.tell()
+            except OSError:
+                chunk = ""
+            if chunk:
+                sys.stderr.write(chunk)
+                sys.stderr.flush()
+            if done:
+                return
+
+    thread = threading.Thread(target=pump, name="sft-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)

@@ -62,7 +62,7 @@ def test_ranks_split_each_effective_batch(make_learner, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_train_torchtrainer_one_cpu_worker(tiny_model_dir, tmp_path):
+def test_ray_train_torchtrainer_one_cpu_worker(tiny_model_dir, tmp_path, capfd):
     pytest.importorskip("ray")
     from bapsql.rollout.ray_shell import local_ray
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
@@ -77,6 +77,9 @@ def test_ray_train_torchtrainer_one_cpu_worker(tiny_model_dir, tmp_path):
     assert result.steps == 4 and result.pairs == 16 and len(result.losses) == 4
     assert (result.adapter_dir / "adapter_model.safetensors").is_file()
     assert (result.merged_dir / "config.json").is_file() and (result.merged_dir / "tokenizer.json").is_file()
+    # rank 0's progress reaches the driver's console although Ray keeps worker output away from it
+    assert "SFT step 4/4 (100%)" in capfd.readouterr().err
+    assert "SFT step 4/4" in (tmp_path / "sft" / "progress.log").read_text()
     # the merged model is the trained policy: its completion NLL is below the base model's
     samples, _ = load_pairs(data, 8192)
     base = Learner(cfg)
