@@ -298,8 +298,7 @@ def parse_action(text: str) -> ParsedAction:
     try:
         calls = _extract_calls(text)
         if not calls:
-            raise _Bad(f"no tool call found; reply with exactly one {OPEN_TAG}{{\"name\": ..., \"arguments\": "
-                       f"{{...}}}}{CLOSE_TAG}")
+            raise _Bad(f"no tool call found (a call is one JSON object between {OPEN_TAG} and {CLOSE_TAG})")
         if len(calls) > 1:
             raise _Bad(f"found {len(calls)} tool calls; emit exactly one per turn")
         call = calls[0]

@@ -63,6 +63,10 @@ def test_invalid_and_evidence_observations():
     text = render.invalid_observation("no tool call found", ("execute_query", "answer"))
     assert text.startswith("Invalid action: no tool call found") and "Tools: execute_query, answer" in text
     assert "<tool>" not in text and "{...}" not in text  # a model copies a placeholder back verbatim
+    from bapsql.env.actions import parse_action
+
+    prose = render.invalid_observation(parse_action("The answer is: 1").reason)  # SmolLM2's zero-shot turn
+    assert "no tool call found" in prose and "..." not in prose.split("for example")[0]
 
 
 @pytest.mark.parametrize("tools", [("inspect_schema", "execute_query", "answer"), ("execute_query", "abstain")])
