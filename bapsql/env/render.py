@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from bapsql.db.rows import render_table
-from bapsql.env.actions import OPEN_TAG, CLOSE_TAG, TOOL_NAMES
+from bapsql.env.actions import CLOSE_TAG, OPEN_TAG, TOOL_NAMES, Abstain, InspectSchema, render_action
 from bapsql.env.evidence import EvidenceBlock, EvidenceOp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -278,12 +278,8 @@ def invalid_observation(reason: str, tools: Sequence[str] = TOOL_NAMES) -> str:
 
     The example is a real call (``inspect_schema`` when offered, else ``abstain``), never a placeholder: SmolLM2 copied
     a ``{"name": "<tool>", "arguments": {...}}`` template back verbatim, turn after turn, until it ran out of turns."""
-    example = ('{"name": "inspect_schema", "arguments": {}}' if "inspect_schema" in tools
-               else '{"name": "abstain", "arguments": {"reason": "..."}}')
-    return (
-        f"Invalid action: {reason}\nReply with exactly one call, for example: {OPEN_TAG}\n"
-        f"{example}\n{CLOSE_TAG}\nTools: {', '.join(tools)}"
-    )
+    example = render_action(InspectSchema() if "inspect_schema" in tools else Abstain("..."))
+    return f"Invalid action: {reason}\nReply with exactly one call, for example: {example}\nTools: {', '.join(tools)}"
 
 
 def final_observation(kind: str, detail: str) -> str:
