@@ -118,6 +118,14 @@ class EngineHost:
         self._adapters.pop(adapter.name, None)
         return self.adapter_ref(adapter)
 
+    def served_adapter(self, adapter: AdapterSpec | None) -> Any:
+        """The engine's report of what it samples with when asked for ``adapter`` (`Engine.served_adapter`: name,
+        version and digest of the files it loaded; None for the base weights or a name this host never loaded).
+        Loads nothing: weight sync asks this after `load_adapter`, to see what really serves."""
+        if adapter is None or adapter.name not in self._adapters:
+            return None
+        return self.engine.served_adapter(self._adapters[adapter.name][1])
+
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int],
                     adapter: AdapterSpec | None = None) -> list[float]:
         """The engine's logprobs of a fixed completion (the weight-sync check)."""

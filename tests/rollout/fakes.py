@@ -15,7 +15,7 @@ import zlib
 from typing import Sequence
 
 from bapsql.env.actions import AnswerAction, ExecuteQuery, render_action
-from bapsql.rollout.engines.base import AdapterRef, Generation, SamplingParams, check_step
+from bapsql.rollout.engines.base import AdapterRef, Generation, SamplingParams, adapter_digest, check_step
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
 from bapsql.types import Task
 
@@ -92,7 +92,12 @@ class PlanEngine:
 
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
         self.adapters.append((name, version))
-        return AdapterRef(name, version, path, 1)
+        digest = adapter_digest(path) if os.path.isdir(path) else ""  # a hand-made spec may name no folder
+        self.serving = AdapterRef(name, version, path, 1, digest)
+        return self.serving
+
+    def served_adapter(self, adapter: AdapterRef | None) -> AdapterRef | None:
+        return None if adapter is None else self.serving
 
     def logprobs_of(self, prompt_ids, completion_ids, *, adapter=None) -> list[float]:
         return [math.log(0.5)] * len(completion_ids)

@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 
 from bapsql.errors import ConfigError, EngineError
 from bapsql.rollout.engines.base import (
+    AdapterRef,
     EngineConfig,
     Generation,
     SamplingParams,
+    adapter_digest,
     check_batch,
     cut_at_stop,
     load_engine_config,
@@ -116,6 +118,8 @@ def test_factory_builds_the_openai_engine_without_contacting_the_server():
         assert isinstance(engine, OpenAIEngine) and isinstance(engine, Engine)
         with pytest.raises(EngineError, match="no training hooks"):
             engine.load_adapter("/tmp/adapter", "policy", 1)
+        with pytest.raises(EngineError, match="cannot report which adapter"):
+            engine.served_adapter(AdapterRef("policy", 1, "/tmp/adapter", 1))
     finally:
         engine.close()
     with pytest.raises(EngineError, match="after close"):
@@ -129,3 +133,20 @@ def test_openai_engine_needs_api_key_variable_set(monkeypatch):
     with pytest.raises(ConfigError, match="BAPSQL_TEST_KEY"):
         make_engine({"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
                      "tokenizer": str(DEFAULT_TOKENIZER_DIR), "api_key_env": "BAPSQL_TEST_KEY"})
+
+
+def test_the_adapter_digest_names_the_files_bytes(tmp_path):
+    """Weight sync's identity: the same files give the same digest wherever they are, one changed byte another."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text('{"r": 8}')
+        (folder / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 64)
+        (folder / "README.md").write_text(f"written in {folder.name}")  # not part of the adapter
+    assert adapter_digest(a) == adapter_digest(b) and len(adapter_digest(a)) == 64
+    data = bytearray((b / "adapter_model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (b / "adapter_model.safetensors").write_bytes(bytes(data))
+    assert adapter_digest(a) != adapter_digest(b)
+    with pytest.raises(EngineError, match="not a peft adapter folder"):
+        adapter_digest(tmp_path)

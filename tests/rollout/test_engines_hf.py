@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from bapsql.errors import EngineError  # noqa: E402
-from bapsql.rollout.engines.base import AdapterRef, Engine, EngineConfig, SamplingParams  # noqa: E402
+from bapsql.rollout.engines.base import (AdapterRef, Engine, EngineConfig, SamplingParams,  # noqa: E402
+                                         adapter_digest)
 from bapsql.rollout.engines.codec import ModelCodec  # noqa: E402
 from bapsql.rollout.engines.factory import make_engine  # noqa: E402
 from bapsql.models.tiny import make_tiny_model  # noqa: E402
@@ -169,6 +170,9 @@ def test_lora_adapter_hot_swap(tmp_path, engine, model_dir, prompts):
     write_lora(model_dir, adapter_dir, seed=2)
     v2 = engine.load_adapter(str(adapter_dir), "policy", 2)
     assert v2.lora_id == v1.lora_id and v2.version == 2
+    # what it serves is reported by identity: the version and the digest of the files it read
+    assert engine.served_adapter(v2) == v2 and v2.digest == adapter_digest(adapter_dir) != v1.digest
+    assert engine.served_adapter(None) is None
     with_v2 = engine.generate(prompts[:2], [GREEDY] * 2, adapter=v2)
     assert [g.logprobs for g in with_v2] != [g.logprobs for g in with_v1]
     scored = engine.logprobs_of(with_v1[0].prompt_ids, with_v1[0].completion_ids, adapter=v2)

@@ -10,7 +10,8 @@ renormalised over the top-p nucleus; greedy requests report the raw ``log_softma
 (teacher forcing) reports raw logprobs.
 
 Adapters are peft LoRA folders. ``load_adapter`` loads a new version under a fresh internal name and then deletes
-the old one, so a failed load leaves the previous version serving. Requires torch, transformers and peft (the
+the old one, so a failed load leaves the previous version serving; ``served_adapter`` reports the version serving
+and the digest of the files it was loaded from. Requires torch, transformers and peft (the
 ``engines`` extra); imported when the engine is built.
 """
 
@@ -30,6 +31,7 @@ from bapsql.rollout.engines.base import (
     EngineConfig,
     Generation,
     SamplingParams,
+    adapter_digest,
     check_batch,
     cpu_share,
     cut_at_stop,
@@ -90,6 +92,7 @@ class HFEngine(RoundBatching):
         self._check_open()
         if not (Path(path) / "adapter_config.json").is_file():
             raise EngineError(f"load_adapter: {path} is not a peft adapter folder (no adapter_config.json)")
+        digest = adapter_digest(path)  # what this engine reads, reported by served_adapter
         self._loads += 1
         internal = f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}__{self._loads}"
         try:
@@ -106,9 +109,14 @@ class HFEngine(RoundBatching):
             self._peft.set_adapter(internal)  # never delete the active adapter
             self._peft.delete_adapter(old)
         lora_id = self._adapters[name].lora_id if name in self._adapters else len(self._adapters) + 1
-        ref = AdapterRef(name=name, version=version, path=str(path), lora_id=lora_id)
+        ref = AdapterRef(name=name, version=version, path=str(path), lora_id=lora_id, digest=digest)
         self._adapters[name] = ref
         return ref
+
+    def served_adapter(self, adapter: AdapterRef | None) -> AdapterRef | None:
+        """The version of ``adapter``'s name this engine samples with, as loaded (None: the base weights)."""
+        self._check_open()
+        return None if adapter is None else self._adapters.get(adapter.name)
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
                     adapter: AdapterRef | None = None) -> list[float]:

@@ -1,7 +1,8 @@
 """The request pool the HTTP engines share: each request is one blocking call run in a thread pool.
 
 `PooledRequests` gives an engine `Engine.step` (continuous batching: admit new requests, return those answered so
-far, waiting for at least one), `in_flight`, `close` and the closed check. The engine sets, in its ``__init__``,
+far, waiting for at least one), `in_flight`, `served_adapter` (which raises: a server's adapters are its own),
+`close` and the closed check. The engine sets, in its ``__init__``,
 ``self.config`` (an `EngineConfig`), ``self._pool`` (a `ThreadPoolExecutor`), ``self._running = {}`` (future → request
 key) and ``self._closed = False``, and defines ``_answer(prompt, params, model) -> Generation``, one request. An
 engine that must send some requests before the others (e.g. a probe of what the server accepts) overrides
@@ -55,6 +56,11 @@ class PooledRequests:
 
     def in_flight(self) -> int:
         return len(self._running)
+
+    def served_adapter(self, adapter: AdapterRef | None) -> AdapterRef | None:
+        """Always raises: a server does not say which adapter files it serves, so it cannot be weight-synced."""
+        raise EngineError(f"the {self.name} engine cannot report which adapter files the server serves; weight sync "
+                          "needs an engine that loads them (vllm, hf)")
 
     def close(self) -> None:
         """Stop the request threads (idempotent)."""
