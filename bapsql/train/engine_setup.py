@@ -14,7 +14,8 @@ from bapsql.train.config import TrainConfig
 
 
 def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[str, ...] | None = None) -> Any:
-    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``), long enough for the
+    """The rollout engine's `EngineConfig` serving ``model`` (with LoRA slots when ``lora``, unless the engine merges
+    adapters into its weights: ``adapter_mode: merge``), long enough for the
     largest context budget of ``levels`` (default: the training levels; the evaluation passes its own)."""
     from bapsql.rollout.engines.base import load_engine_config
 
@@ -27,7 +28,12 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[st
                           f"{options}; set the chat-template options once, under model.chat_template_kwargs (SFT "
                           "export, rollouts, the sync probe and evaluation all render with them)")
     raw = {"max_model_len": need, **cfg.rollout.engine, "model": str(model), "chat_template_kwargs": options}
-    if lora:
+    if lora and raw.get("adapter_mode", "lora") == "merge":
+        if cfg.grpo.max_staleness > 0:
+            raise ConfigError(f"rollout.engine.adapter_mode: merge serves one adapter version at a time, but "
+                              f"grpo.max_staleness is {cfg.grpo.max_staleness} (pipelined rollouts sample with "
+                              "older versions); use adapter_mode: lora, or max_staleness: 0")
+    elif lora:
         raw.update(enable_lora=True, max_lora_rank=max(cfg.lora.rank, int(raw.get("max_lora_rank", 0) or 0)),
                    max_loras=max(cfg.grpo.max_staleness + 1, int(raw.get("max_loras", 1) or 1)))  # k+1 versions
     ec = load_engine_config(raw, "rollout.engine")

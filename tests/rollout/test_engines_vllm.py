@@ -198,3 +198,37 @@ def test_step_admits_requests_while_others_decode_and_matches_generate(setup):
     assert sorted(got) == ["a", "b", "c", "d"] and vllm.step([]) == []
     assert [got[k].completion_ids for k in "abcd"] == [g.completion_ids for g in direct]
     assert [got[k].finish_reason for k in "abcd"] == [g.finish_reason for g in direct]
+
+
+def test_merge_mode_serves_each_adapter_folded_into_the_untouched_base(setup, tmp_path):
+    """adapter_mode merge: after each load the engine samples as the HF engine does with that adapter (each
+    version merged into the base, never into the previous merge); stale references, the base weights and a load
+    with requests in flight are refused."""
+    pytest.importorskip("peft")
+    hf, prompts, model_dir = setup["hf"], setup["prompts"], setup["dir"]
+    merged = make_engine(EngineConfig(kind="vllm", model=str(model_dir), max_model_len=1024, adapter_mode="merge",
+                                      kv_cache_space_gb=1, max_num_seqs=8))
+    try:
+        base = merged.generate(prompts, [GREEDY] * len(prompts))
+        assert [g.completion_ids for g in base] == \
+            [g.completion_ids for g in hf.generate(prompts, [GREEDY] * len(prompts))]
+        refs = {}
+        for version, seed in ((1, 1), (2, 2)):
+            folder = write_lora(model_dir, tmp_path / f"v{version}", seed=seed)
+            refs[version] = merged.load_adapter(str(folder), "policy", version)
+            h = hf.load_adapter(str(folder), "policy", version)
+            out = merged.generate(prompts, [GREEDY] * len(prompts), adapter=refs[version])
+            ref = hf.generate(prompts, [GREEDY] * len(prompts), adapter=h)
+            assert [g.completion_ids for g in out] == [g.completion_ids for g in ref]
+            assert all(_close(a.logprobs, b.logprobs) for a, b in zip(out, ref))
+            assert merged.served_adapter(refs[version]).digest == refs[version].digest != ""
+        with pytest.raises(EngineError, match="not what this merge-mode engine holds"):
+            merged.generate(prompts[:1], [GREEDY], adapter=refs[1])
+        with pytest.raises(EngineError, match="base weights were replaced"):
+            merged.generate(prompts[:1], [GREEDY])
+        merged.step([("k", prompts[0], SamplingParams(max_tokens=64, temperature=0.0))], adapter=refs[2])
+        if merged.in_flight():
+            with pytest.raises(EngineError, match="in flight"):
+                merged.load_adapter(str(tmp_path / "v1"), "policy", 3)
+    finally:
+        merged.close()

@@ -152,3 +152,16 @@ def test_a_shared_sft_model_is_the_first_seeds_for_every_seed(tmp_path):
     shared = TrainConfig(name="r", seeds=(3, 5), out_dir=str(tmp_path), model=ModelSection(base="m"),
                          sft=SFTSection(shared=True))
     assert sft_dir(shared, 5) == sft_dir(shared, 3) == tmp_path / "r-seed3" / "sft"
+
+
+def test_a_merging_engine_gets_no_lora_slots_and_refuses_pipelined_rollouts(tmp_path):
+    from bapsql.train.config import GRPOSection
+
+    merge = {"kind": "vllm", "adapter_mode": "merge"}
+    cfg = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), rollout=RolloutSection(engine=merge))
+    ec = engine_config(cfg, tmp_path, lora=True)
+    assert ec.adapter_mode == "merge" and not ec.enable_lora
+    piped = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)), rollout=RolloutSection(engine=merge),
+                        grpo=GRPOSection(max_staleness=1))
+    with pytest.raises(ConfigError, match="adapter_mode: merge.*max_staleness"):
+        engine_config(piped, tmp_path, lora=True)
