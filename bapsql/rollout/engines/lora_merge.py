@@ -81,8 +81,10 @@ def _adapter_tensors(folder: Path) -> dict[str, Any]:
 def lora_pairs(folder: str | Path) -> dict[str, tuple[Any, Any, float]]:
     """The adapter's ``module -> (A [r, in], B [out, r], scale)``, module names as in the base checkpoint (peft's
     ``base_model.model.`` prefix removed)."""
-    folder = Path(folder)
-    cfg = _adapter_config(folder)
+    return _pairs(Path(folder), _adapter_config(Path(folder)))
+
+
+def _pairs(folder: Path, cfg: Mapping[str, Any]) -> dict[str, tuple[Any, Any, float]]:
     parts: dict[str, dict[str, Any]] = {}
     for key, tensor in _adapter_tensors(folder).items():
         m = _LORA_KEY.match(key)
@@ -112,7 +114,7 @@ def merge_adapter(base: Mapping[str, Any], folder: str | Path) -> dict[str, Any]
     cfg = _adapter_config(Path(folder))
     transposed = bool(cfg.get("fan_in_fan_out"))
     merged = dict(base)
-    for module, (a, b, scale) in lora_pairs(folder).items():
+    for module, (a, b, scale) in _pairs(Path(folder), cfg).items():
         name = f"{module}.weight"
         if name not in base:
             raise EngineError(f"merge_adapter: the adapter in {folder} adapts {module}, which the base checkpoint "

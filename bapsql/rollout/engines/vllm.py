@@ -24,14 +24,13 @@ recomputes (`bapsql.train.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stay
   decoding the others between calls (it runs in its own process), so the caller's env work overlaps with
   generation. ``auto`` runs the core in the caller's process on CPU (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): on 2
   cores a second busy process cost more than the overlap gains (SmolLM2 agent loop 25.6 → 40.8 tok/s,
-  benchmarks/RESULTS.md "SmolLM2 rollouts").
+  benchmarks/RESULTS.md "SmolLM2 rollouts"). `LLM.generate` drains every unfinished request of the engine, so
+  ``generate`` / ``logprobs_of`` refuse to run while ``step`` requests are in flight.
 - ``adapter_mode: merge``: ``load_adapter`` folds the adapter into an untouched copy of the base checkpoint
   (`bapsql.rollout.engines.lora_merge`) and reloads the weights in place (``collective_rpc("reload_weights")``),
   then drops the prefix cache. One version at a time: a load with ``step`` requests in flight raises, and after
   a merge only that version's `AdapterRef` is accepted (the base weights are gone). On CPU this decodes ~2.4×
-  faster than vLLM's LoRA kernels. `LLM.generate` drains every
-  unfinished request of the engine, so ``generate`` / ``logprobs_of`` refuse to run while ``step`` requests are in
-  flight.
+  faster than vLLM's LoRA kernels.
 - Thread safety: the calls that drive the engine (``generate``, ``logprobs_of``, ``step``, ``load_adapter``,
   ``clear_cache``) hold one lock, so callers in several threads (``bapsql serve``'s episode threads, each calling
   ``generate`` for its own turn) run one at a time. Without it a second `LLM.generate` drained the first one's
