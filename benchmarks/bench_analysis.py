@@ -4,7 +4,10 @@ Writes a synthetic run like a real one (1,523 tasks × 8 methods × 4 budgets ×
 databases, plus a turns table of ~3 turns per episode, hive-partitioned Parquet, written one partition at a time so
 any size fits), then runs the full analysis — 10,000 database-cluster bootstrap replicates for every pairwise
 comparison (8 methods → 28 pairs × XS/S/M/L) — in a fresh child process per path and size, and prints wall time,
-phase times and peak resident memory (``ru_maxrss`` of the child, imports included). Paths:
+phase times and peak resident memory of the child, imports included. Peak memory is the child's own ``VmHWM``
+(``/proc/self/status``), not ``ru_maxrss``: Linux carries a parent's peak RSS into a spawned child's
+``ru_maxrss`` across ``exec``, so a child spawned by a parent that had just written 1.9 GiB of Parquet reported the
+parent's ~2 GiB. The synthetic run is written in a child process of its own, for the same reason. Paths:
 
 - ``new``: `analyze_runs` — the Parquet scan into per-cluster aggregates (`bapsql.analysis.scan`);
 - ``old``: `load_runs` (every episode and turn in pandas) + the per-episode reference
@@ -69,10 +72,33 @@ def _child(run: str, out: str, path: str, replicates: int) -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "phases": phases,
                       "comparisons": len(summary.comparisons), "episodes": summary.episodes,
-                      "maxrss_mb": usage.ru_maxrss / 1024}))
+                      "maxrss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak resident memory in MiB: ``VmHWM`` of its address space (Linux), which starts afresh
+    at ``exec``; elsewhere ``ru_maxrss`` (which on Linux would include the spawning parent's peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss / 2**20 if sys.platform == "darwin" else maxrss / 1024
 
 
 def _write(run: Path, tasks: int) -> tuple[int, int]:
+    """Write the synthetic run in a child process (the parent stays small; see the module docstring)."""
+    proc = subprocess.run([sys.executable, __file__, "--write", str(run), str(tasks)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"writing the synthetic run failed:\n{proc.stderr[-4000:]}")
+    episodes, turns = json.loads(proc.stdout.strip().splitlines()[-1])
+    return episodes, turns
+
+
+def _write_here(run: Path, tasks: int) -> tuple[int, int]:
     from bapsql.analysis.synthetic import SyntheticSpec, write_synthetic_run
 
     tokens = {m: dict(zip(LADDER, TOKENS)) for m in TABLE2}
@@ -117,7 +143,11 @@ def main() -> None:
                     help="skip the old path above this many episodes (it holds them all in memory)")
     ap.add_argument("--workdir", default=None, help="keep the runs and reports here (default: a temp dir)")
     ap.add_argument("--child", nargs=3, metavar=("RUN", "OUT", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--write", nargs=2, metavar=("RUN", "TASKS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.write:
+        print(json.dumps(_write_here(Path(args.write[0]), int(args.write[1]))))
+        return
     if args.child:
         _child(*args.child, args.replicates)
         return
