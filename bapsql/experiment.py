@@ -13,7 +13,7 @@ a method without a condition runs under ``full``, `bapsql.env.conditions`).
 An engine's ``model`` is a folder, a hub id, ``builtin:tiny`` (the tiny Qwen-architecture model,
 `bapsql.models.tiny`: seed 0, 16,384 positions, a short next-token pretraining, built on first use into the cache
 dir) or a registry name such as ``smollm2-135m-instruct`` (fetched on first use); the sweep resolves it with
-`bapsql.models.registry.resolve_model`.
+`bapsql.models.resolve.resolve_model`.
 A model engine's ``max_model_len`` must hold the largest swept context budget (+ a small margin).
 
 Example (configs/experiments/smoke.yaml)::

@@ -78,7 +78,7 @@ def main() -> None:
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
     from bapsql.rollout.agent import AgentConfig, ModelAgent, load_template, run_agents
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine

@@ -46,7 +46,7 @@ def build(scale: str, out: Path, workers: int) -> None:
 
 
 def calibrate(label: str, root: Path, target: float, cache: Path) -> None:
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.data.calibrate import calibrate_benchmark
 
     t0 = time.perf_counter()

@@ -132,7 +132,7 @@ def main() -> None:
 
     import torch
 
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
     from bapsql.train.grpo import LossConfig
     from bapsql.train.learner import Learner, Sample

@@ -119,7 +119,7 @@ def main() -> None:
 
     import torch
 
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
     from bapsql.train.config import load_train_config
 
     torch.set_num_threads(1)

@@ -48,7 +48,7 @@ def agent_vs_raw(engine_kind: str, n: int, loop: str = "step") -> None:
     from bapsql.budgets import load_ladder
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
     from bapsql.rollout.agent import AgentConfig, ModelAgent, load_template
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine

@@ -35,7 +35,7 @@ def main() -> None:
 
     import torch
 
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
     from bapsql.policies.sft_export import export_sft
     from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, LearnerConfig,
                                      ModelSection, MonitorSection, OptimConfig, RolloutSection, TrainConfig)
@@ -94,7 +94,7 @@ def main() -> None:
     engine.close()
     del engine
 
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend
     from bapsql.rollout.runner import resolve_benchmark

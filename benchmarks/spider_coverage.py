@@ -23,8 +23,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bapsql.db.calibration import (Calibration, Factors, QuantityCalibration, Sample, collect_samples, coverage,
-                                   fit_calibration, load_calibration)
+from bapsql.db.calibration import (Calibration, Factors, QuantityCalibration, Sample, coverage, fit_calibration,
+                                   load_calibration)
+from bapsql.db.calibration_samples import collect_samples
 from bapsql.db.handle import default_counter, open_database
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,8 @@ def main(config_path: str, quick: bool, out_dir: str | None, stages: str) -> Non
     from rich.console import Console
 
     from bapsql.errors import BapsqlError
-    from bapsql.train.table2 import STAGES, load_table2_config, run_table2
+    from bapsql.train.table2 import STAGES, load_table2_config
+    from bapsql.train.table2_run import run_table2
 
     console = Console(stderr=True)
     wanted = tuple(s.strip() for s in stages.split(",") if s.strip())

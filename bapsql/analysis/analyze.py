@@ -206,21 +206,6 @@ def summarize_source(
     )
 
 
-def empty_gold_summary(episodes: Any) -> dict[str, Any]:
-    """Tasks whose logged gold answer is empty (``[]`` is correct there without evidence): ``tasks`` of
-    ``of_tasks`` (distinct (database, task) pairs with a logged gold), and Budgeted Success (%) per method on their
-    episodes; {} when no episode logs its gold."""
-    if "empty_gold" not in episodes or episodes["empty_gold"].isna().all():
-        return {}
-    known = episodes[episodes["empty_gold"].notna()]
-    flagged = known[known["empty_gold"].astype(bool)]
-    pairs = lambda f: {(str(d), str(t)) for d, t in zip(f["db_id"], f["task_id"])}  # noqa: E731
-    success = {str(m): 100.0 * float(g["success"].astype(float).mean())
-               for m, g in flagged.groupby("method", sort=True)}
-    return {"tasks": len(pairs(flagged)), "of_tasks": len(pairs(known)), "episodes": len(flagged),
-            "success": success}
-
-
 def placebo_records(run_dirs: Sequence[str | Path]) -> dict[str, dict]:
     """Placebo method → its record (`bapsql.env.placebo`: recorded, requests, extra, unused, unmatched, ...) from
     the runs' ``sweep.json`` files; runs without one contribute nothing."""
@@ -338,7 +323,7 @@ def analyze_runs(
 def write_report(summary: Summary, out_dir: str | Path, *, progress: Progress = _quiet) -> Summary:
     """Write the report files of `analyze_runs` into ``out_dir``; returns the summary (with a note when
     matplotlib is missing and the figures are skipped)."""
-    from bapsql.analysis.report import render_html, render_markdown
+    from bapsql.analysis.render import render_html, render_markdown
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@
   of those, the share with at least one rewrite; of warned-and-rewritten episodes, the success share; and the
   success share of episodes with at least one shield preflight rejection ("recovery"). Descriptive frequencies.
 - Failure taxonomy (episodes ``failure`` column): counts per kind per method × budget (successes excluded).
+- Empty gold (`empty_gold_summary`): the tasks whose logged gold answer is empty, and success on them.
 Columns another system's logs lack (null) leave the rows out of the diagnostic that needs them.
 Percentages are NaN when their denominator is zero.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -191,3 +192,18 @@ def failure_taxonomy(episodes: pd.DataFrame) -> tuple[FailureCounts, ...]:
         kinds = g.loc[g["failure"] != "", "failure"].value_counts()
         out.append(FailureCounts(str(method), str(budget), len(g), {str(k): int(v) for k, v in sorted(kinds.items())}))
     return tuple(sorted(out, key=lambda f: (f.method, level_key(f.budget))))
+
+
+def empty_gold_summary(episodes: Any) -> dict[str, Any]:
+    """Tasks whose logged gold answer is empty (``[]`` is correct there without evidence): ``tasks`` of
+    ``of_tasks`` (distinct (database, task) pairs with a logged gold), and Budgeted Success (%) per method on their
+    episodes; {} when no episode logs its gold."""
+    if "empty_gold" not in episodes or episodes["empty_gold"].isna().all():
+        return {}
+    known = episodes[episodes["empty_gold"].notna()]
+    flagged = known[known["empty_gold"].astype(bool)]
+    pairs = lambda f: {(str(d), str(t)) for d, t in zip(f["db_id"], f["task_id"])}  # noqa: E731
+    success = {str(m): 100.0 * float(g["success"].astype(float).mean())
+               for m, g in flagged.groupby("method", sort=True)}
+    return {"tasks": len(pairs(flagged)), "of_tasks": len(pairs(known)), "episodes": len(flagged),
+            "success": success}

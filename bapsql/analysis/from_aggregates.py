@@ -11,7 +11,7 @@
   `comparisons.compare_sums`;
 - `transitions` ↔ `transitions.transition_analysis`: a task's success at a level is the majority over its episodes
   (pooled over databases when a task id repeats across them, as the per-episode pivot does);
-- `coverage`, `warning_flow`, `failures`, `empty_gold` ↔ `diagnostics.*` and `analyze.empty_gold_summary`.
+- `coverage`, `warning_flow`, `failures`, `empty_gold` ↔ `diagnostics.*` and `diagnostics.empty_gold_summary`.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ class AggregateSource:
         return tuple(sorted(out, key=lambda f: (f.method, level_key(f.budget))))
 
     def empty_gold(self) -> dict:
-        """`analyze.empty_gold_summary` from the per-task gold flags and the clusters' empty-gold channels."""
+        """`diagnostics.empty_gold_summary` from the per-task gold flags and the clusters' empty-gold channels."""
         a = self.aggregates
         if not a.gold_known.any():
             return {}

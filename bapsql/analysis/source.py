@@ -19,6 +19,7 @@ from bapsql.analysis.diagnostics import (
     Coverage,
     FailureCounts,
     WarningFlow,
+    empty_gold_summary,
     estimator_coverage,
     failure_taxonomy,
     warning_flow,
@@ -93,6 +94,4 @@ class EpisodeSource:
         return failure_taxonomy(self.frame)
 
     def empty_gold(self) -> dict[str, Any]:
-        from bapsql.analysis.analyze import empty_gold_summary
-
         return empty_gold_summary(self.frame)

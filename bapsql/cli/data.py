@@ -34,7 +34,7 @@ def _progress():
 
 def _load(benchmark: Path, seed: int, cache_dir: Path | None):
     """Load a benchmark with a progress bar for gold execution; BapsqlError → one-line ClickException."""
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.errors import BapsqlError
 
     with _progress() as bar:

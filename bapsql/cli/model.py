@@ -13,7 +13,7 @@
   Qwen2-architecture model (`bapsql.models.tiny.make_tiny_model`) and prints what it wrote.
 - ``bapsql model sample --model MODEL --prompt TEXT [--engine hf|vllm] [--max-tokens N] [--temperature T]
   [--seed S] [--chat]``: MODEL is a folder, a registry name (fetched on first use) or ``builtin:tiny``
-  (`bapsql.models.registry.resolve_model`); encodes the prompt with the folder's tokenizer (``--chat``: as one user
+  (`bapsql.models.resolve.resolve_model`); encodes the prompt with the folder's tokenizer (``--chat``: as one user
   turn through the folder's chat template), generates once, and prints the completion, its token ids and mean
   logprob.
 """
@@ -145,7 +145,8 @@ def sample(model_spec: str, prompt: str, kind: str, max_tokens: int, temperature
            chat: bool) -> None:
     """Generate one completion from MODEL with the hf or vllm engine and print it."""
     from bapsql.errors import BapsqlError, ModelError
-    from bapsql.models.registry import REGISTRY, resolve_model
+    from bapsql.models.registry import REGISTRY
+    from bapsql.models.resolve import resolve_model
 
     try:
         model_dir = Path(resolve_model(model_spec, announce=_echo_line))

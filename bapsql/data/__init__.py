@@ -1,3 +1,4 @@
-"""Benchmarks: the embedded generator (`demo`, `synth_*`), BIRD/Spider loaders (`loaders`), the folder format and
-`load_benchmark` (`benchmark`), typed gold answers (`gold`, `cache`), database splits (`splits`), unshielded query
-costs (`measure`), statistics (`stats`) and estimator calibration on training databases (`calibrate`)."""
+"""Benchmarks: the embedded generator (`demo`, `synth_*`), BIRD/Spider loaders (`loaders`), the folder format
+(`benchmark`), loading any layout (`load`), typed gold answers (`gold`, `cache`), database splits (`splits`),
+unshielded query costs (`measure`), statistics (`stats`) and estimator calibration on training databases
+(`calibrate`)."""

@@ -1,4 +1,5 @@
-"""A loaded benchmark and the benchmark folder format; `load_benchmark` auto-detects the layout.
+"""A loaded benchmark and the benchmark folder format (`load_folder`); `bapsql.data.load.load_benchmark` loads
+any supported layout.
 
 Folder format (what `bapsql data build-demo` writes and every ``--benchmark DIR`` accepts):
 ``DIR/benchmark.json`` (name, kind, version, seed, scale, generator version), ``DIR/databases/<db_id>/<db_id>.sqlite``,
@@ -8,8 +9,8 @@ Folder format (what `bapsql data build-demo` writes and every ``--benchmark DIR`
 Besides the database splits of ``splits.json``, every benchmark with a ``train`` split offers ``test``: the
 in-domain held-out tasks of the train databases (`bapsql.data.splits.is_test_task`); ``train`` then excludes them.
 
-Contract of `load_benchmark(dir, split=None)`: detects the folder format, a BIRD layout or a Spider layout
-(`bapsql.data.loaders`); returns a `Benchmark` whose ``tasks`` all have a typed gold answer and an absolute
+Contract of `bapsql.data.load.load_benchmark(dir, split=None)`: detects the folder format, a BIRD layout or a
+Spider layout (`bapsql.data.loaders`); returns a `Benchmark` whose ``tasks`` all have a typed gold answer and an absolute
 ``db_path``. Nothing is dropped silently: missing databases, unreadable files and records, gold SQL that fails, flagged
 gold results and cross-split duplicate questions are listed in ``Benchmark.manifest`` (`LoadManifest`).
 `empty_gold` tells the tasks whose gold query returns no rows: an answer of ``[]`` is correct there without any
@@ -20,14 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bapsql.data.splits import SPLIT_NAMES, TASK_SPLITS, is_test_task
 from bapsql.errors import DataError
+from bapsql.files import atomic_write_text
 from bapsql.types import Answer, Task
 
 BENCHMARK_FILE = "benchmark.json"
@@ -122,14 +122,6 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def json_text(obj: Any) -> str:
     """The deterministic JSON text `write_json` writes (sorted keys, one-space indent, trailing newline)."""
     return json.dumps(obj, indent=1, sort_keys=True) + "\n"
@@ -137,12 +129,12 @@ def json_text(obj: Any) -> str:
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Deterministic JSON (`json_text`), written atomically."""
-    _atomic_write(Path(path), json_text(obj))
+    atomic_write_text(Path(path), json_text(obj))
 
 
 def write_json_text(path: str | Path, text: str) -> None:
     """Write already rendered text atomically (temp file + rename)."""
-    _atomic_write(Path(path), text)
+    atomic_write_text(Path(path), text)
 
 
 def task_to_json(t: Task) -> dict[str, Any]:
@@ -170,7 +162,7 @@ def task_from_json(obj: dict[str, Any]) -> Task:
 
 def write_tasks(path: str | Path, tasks: list[Task]) -> None:
     """tasks.jsonl: one task per line, keys sorted, in the given order."""
-    _atomic_write(Path(path), "".join(json.dumps(task_to_json(t), sort_keys=True) + "\n" for t in tasks))
+    atomic_write_text(Path(path), "".join(json.dumps(task_to_json(t), sort_keys=True) + "\n" for t in tasks))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -182,26 +174,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot read JSON ({exc})") from exc
-
-
-def detect_layout(root: str | Path) -> str:
-    """'demo' (the folder format), 'bird' or 'spider'; raises `DataError` saying what each layout needs."""
-    from bapsql.data.loaders import looks_like_bird, looks_like_spider
-
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"benchmark folder not found: {root}")
-    if (root / BENCHMARK_FILE).is_file() and (root / TASKS_FILE).is_file():
-        return "demo"
-    if looks_like_bird(root):
-        return "bird"
-    if looks_like_spider(root):
-        return "spider"
-    raise DataError(
-        f"{root}: no known benchmark layout. Expected a benchmark folder ({BENCHMARK_FILE} + {TASKS_FILE}, e.g. from "
-        "`bapsql data build-demo`), a BIRD layout (question JSON with 'SQL' fields + *_databases/<db>/<db>.sqlite) or "
-        "a Spider layout (question JSON with 'query' fields + database/<db>/<db>.sqlite)"
-    )
 
 
 def load_folder(root: str | Path) -> Benchmark:
@@ -248,21 +220,3 @@ def load_folder(root: str | Path) -> Benchmark:
     )
     return Benchmark(str(info.get("name", root.name)), str(info.get("kind", "demo")), root, tuple(tasks), splits,
                      manifest, info)
-
-
-def load_benchmark(root: str | Path, split: str | None = None, *, seed: int = 0, cache_dir: str | Path | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> Benchmark:
-    """Load any supported benchmark from ``root`` (see the module docstring); ``split`` keeps one split's tasks.
-
-    For BIRD/Spider the gold SQL is executed once (read-only, cached under ``cache_dir``) to type the answers and
-    ``seed`` fixes the database split; ``progress(done, total)`` reports gold execution. Raises `DataError` when
-    the folder matches no layout or a split name is unknown.
-    """
-    layout = detect_layout(root)
-    if layout == "demo":
-        bench = load_folder(root)
-    else:
-        from bapsql.data.loaders import load_real
-
-        bench = load_real(Path(root), layout, seed=seed, cache_dir=cache_dir, progress=progress)
-    return bench.select(split) if split is not None else bench

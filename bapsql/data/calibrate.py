@@ -3,7 +3,7 @@
 Contract: samples are the tasks' gold SQL, naive SQL and a few structural variants of each (`sql_variants`: without
 LIMIT, without WHERE, ``SELECT *`` instead of the projection), deduplicated and, per database, thinned to at most
 ``max_sqls_per_db`` by a seeded draw. They are paired with raw estimates and measured actuals by
-`bapsql.db.calibration.collect_samples`; `fit_calibration` sees training-split databases only, and coverage is
+`bapsql.db.calibration_samples.collect_samples`; `fit_calibration` sees training-split databases only, and coverage is
 reported separately for the training databases (in-sample) and the held-out (validation + dev) databases. A
 statement the VM-step cap stops, or that fails, yields no sample (the collector skips it).
 """
@@ -116,7 +116,8 @@ def calibrate_benchmark(bench: Benchmark, *, out: str | Path | None = None, targ
 
     Raises `DataError` when the benchmark has no training or no held-out database with tasks."""
     from bapsql.data.measure import measurement_token_counter
-    from bapsql.db.calibration import collect_samples, coverage, fit_calibration
+    from bapsql.db.calibration import coverage, fit_calibration
+    from bapsql.db.calibration_samples import collect_samples
     from bapsql.db.handle import open_database
 
     t0 = time.perf_counter()

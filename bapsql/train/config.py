@@ -71,7 +71,7 @@ from bapsql.train.reward import RewardConfig
 
 @dataclass(frozen=True)
 class ModelSection:
-    base: str  # a transformers folder, "builtin:tiny" or a registry name (bapsql.models.registry.resolve_model)
+    base: str  # a transformers folder, "builtin:tiny" or a registry name (bapsql.models.resolve.resolve_model)
     dtype: Dtype = "auto"  # the checkpoint's own dtype (bapsql.models.dtype), float32 when it names none
     device: str = "auto"
     threads: int | None = None

@@ -17,7 +17,7 @@ Every stage of seed ``k`` works in ``run_dir = <out_dir>/<name>-seed<k>``:
 - `run_recipe` runs the stages in order inside one Ray session (a private local Ray, or the cluster at
   ``rollout.ray_address``), skipping SFT when its outputs exist.
 
-``model.base`` goes through `bapsql.models.registry.resolve_model`: ``builtin:tiny`` is the tiny Qwen-architecture
+``model.base`` goes through `bapsql.models.resolve.resolve_model`: ``builtin:tiny`` is the tiny Qwen-architecture
 model the rollout helpers share, built into the cache dir on first use; a registry name (``smollm2-135m-instruct``)
 is fetched into the cache dir on first use.
 """
@@ -27,13 +27,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from bapsql.errors import ConfigError
+from bapsql.files import atomic_write_text
 from bapsql.train.config import TrainConfig
 from bapsql.train.evaluation import run_eval_stage, write_learning_curves
 from bapsql.train.sft import SFTResult
@@ -68,7 +68,7 @@ def _say(console: Any, msg: str) -> None:
 
 def base_model(cfg: TrainConfig, console: Any = None, *, seed: int | None = None) -> Path:
     """The base model: the pretraining stage's output when ``pretrain.enabled``, else ``model.base``."""
-    from bapsql.models.registry import resolve_model
+    from bapsql.models.resolve import resolve_model
 
     if cfg.pretrain.enabled:
         path = cfg.run_dir(cfg.seeds[0] if seed is None else seed) / "pretrain" / "model"
@@ -142,7 +142,7 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
                      num_workers=cfg.sft.num_workers, use_gpu=cfg.sft.use_gpu, strategy=cfg.sft.strategy)
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()
               if k != "history"}
-    _atomic_write(sft_dir(cfg, seed) / "result.json", json.dumps(record, indent=1, default=str))
+    atomic_write_text(sft_dir(cfg, seed) / "result.json", json.dumps(record, indent=1, default=str) + "\n")
     return result
 
 
@@ -160,17 +160,10 @@ def keep_history_until(path: Path, update: int) -> int:
         return 0
     keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["update"] <= update]
     if keep:
-        _atomic_write(path, "\n".join(keep))
+        atomic_write_text(path, "\n".join(keep) + "\n")
     else:
         path.unlink()
     return len(keep)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------------------------------- GRPO
@@ -217,7 +210,7 @@ def write_prompt_record(cfg: TrainConfig, tasks: Sequence[Any], empty: Sequence[
               "empty_gold_tasks": len(empty), "empty_gold_left_out": len(empty) if cfg.grpo.empty_gold == "exclude"
               else 0, "task_ids": [t.task_id for t in tasks]}
     path = Path(grpo_dir) / "prompts.json"
-    _atomic_write(path, json.dumps(record, indent=1))
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
     return path
 
 
@@ -258,7 +251,7 @@ def write_grpo_start(cfg: TrainConfig, seed: int, base: Path, grpo_dir: Path) ->
               "sft_adapter": str(adapter) if from_sft else None,
               "sft_adapter_sha256": tree_sha256(adapter) if from_sft else None, "config": _flat_config(cfg)}
     path = Path(grpo_dir) / "start.json"
-    _atomic_write(path, json.dumps(record, indent=1, sort_keys=True, default=str))
+    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     return path
 
 
@@ -313,7 +306,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
         trainer.checkpoint()
         if cfg.grpo.keep == "best" and validator is not None:
             best = keep_best(validator, learner)
-            _atomic_write(grpo_dir / "selected.json", json.dumps({"keep": "best", **dataclasses.asdict(best)}))
+            atomic_write_text(grpo_dir / "selected.json",
+                              json.dumps({"keep": "best", **dataclasses.asdict(best)}) + "\n")
             _say(console, f"keeping the validated best policy: update {best.update} (validation success "
                           f"{best.mean:.3f}; update {total}: {validator.records[-1].mean:.3f})")
         else:

@@ -68,7 +68,7 @@ def test_contributions_sum_to_the_gain(rows):
 
 def test_the_script_splits_a_run_of_the_mini_benchmark(tmp_path, capsys):
     from bapsql.analysis.synthetic import write_run
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from tests.analysis.helpers import episodes_table
     from tests.policies.minibench import build_minibench
 

@@ -9,7 +9,8 @@ import pytest
 
 from bapsql.analysis.analyze import analyze_runs, summarize
 from bapsql.analysis.load import load_runs
-from bapsql.analysis.report import fmt, render_html, render_markdown
+from bapsql.analysis.render import render_html, render_markdown
+from bapsql.analysis.report import fmt
 from bapsql.analysis.synthetic import SyntheticSpec, synthetic_run, write_run
 from tests.analysis.helpers import LADDER, episodes_table
 

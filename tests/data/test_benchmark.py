@@ -7,8 +7,9 @@ import sqlite3
 
 import pytest
 
-from bapsql.data.benchmark import (BENCHMARK_FILE, SPLITS_FILE, TASKS_FILE, load_benchmark, task_from_json,
-                                   task_to_json, write_json, write_tasks)
+from bapsql.data.benchmark import (BENCHMARK_FILE, SPLITS_FILE, TASKS_FILE, task_from_json, task_to_json, write_json,
+                                   write_tasks)
+from bapsql.data.load import load_benchmark
 from bapsql.errors import DataError
 from bapsql.types import Answer, Task
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from bapsql.data.benchmark import load_benchmark
+from bapsql.data.load import load_benchmark
 from bapsql.data.calibrate import calibrate_benchmark, calibration_sqls, sql_variants
 from bapsql.db.calibration import load_calibration
 from bapsql.errors import DataError

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bapsql.budgets import load_ladder
-from bapsql.data.benchmark import load_benchmark
+from bapsql.data.load import load_benchmark
 from bapsql.data.demo import DEMO_FRACTIONS, TASKS, build_demo, demo_is_current
 from bapsql.data.splits import split_databases
 from bapsql.data.synth_domains import DOMAINS

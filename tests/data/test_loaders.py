@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from bapsql.data.benchmark import detect_layout, load_benchmark
+from bapsql.data.load import detect_layout, load_benchmark
 from bapsql.errors import DataError
 from bapsql.types import Answer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bapsql.data.benchmark import load_benchmark
+from bapsql.data.load import load_benchmark
 from bapsql.data.stats import benchmark_stats
 
 from .conftest import SPIDER

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bapsql.data.benchmark import load_benchmark
+from bapsql.data.load import load_benchmark
 from bapsql.data.stats import benchmark_stats
 
 

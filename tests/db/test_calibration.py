@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bapsql.db.calibration import (DEFAULT_PATH, SHAPES, Calibration, Factors, QuantityCalibration, RawEstimate,
-                                   Sample, collect_samples, coverage, fit_calibration, fit_factor, load_calibration)
+                                   Sample, coverage, fit_calibration, fit_factor, load_calibration)
+from bapsql.db.calibration_samples import collect_samples
 from bapsql.db.handle import open_database
 from bapsql.db.rows import result_tokens
 from bapsql.errors import ConfigError

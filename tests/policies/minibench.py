@@ -121,7 +121,7 @@ def build_minibench_with_empty_gold(root: Path) -> Path:
     ``library-empty`` (dev). Returns ``root``."""
     import dataclasses
 
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.types import Answer
 
     build_minibench(root)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def demo_tasks(tmp_path_factory):
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.data.demo import build_demo
 
     mp = pytest.MonkeyPatch()

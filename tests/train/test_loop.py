@@ -38,7 +38,7 @@ def make_cfg(tiny, bench, out, *, filter_enabled=False):
 
 
 def build(cfg, tiny, run_dir, learner=None):
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend

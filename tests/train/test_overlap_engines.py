@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 
 def build(cfg, tiny, run_dir, backend=None):
-    from bapsql.data.benchmark import load_benchmark
+    from bapsql.data.load import load_benchmark
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import MemoryMonitor
     from bapsql.models.chat_template import ChatTemplate
