@@ -13,6 +13,9 @@ rendering as alone, and every difference is the template's.
 
 - ``overhead["system"]``: tokens of ``[system]`` rendered alone minus the content's tokens. The system message is
   always the conversation's first, so this includes what the template adds once per conversation (a BOS token).
+  A template that refuses a conversation without a user query (Qwen3.5 raises ``No user query found in
+  messages.``) is measured from ``[system, user]`` less its user turn, whose text is a second user message's
+  (``[system, user, user]`` minus ``[system, user]``): no probe then renders a conversation the template refuses.
 - ``overhead["user"]``: ``[system, user]`` minus ``[system]`` minus the content's tokens.
 - ``generation_prompt_tokens``: ``[system, user]`` with ``add_generation_prompt=True`` minus without (3 for ChatML's
   ``<|im_start|>assistant\\n``; 7 for Qwen3 with ``enable_thinking: false``, whose generation prompt carries an empty
@@ -63,6 +66,7 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 PROBES: dict[str, str] = {"system": "Alpha system probe", "user": "Bravo user probe",
                           "assistant": "Charlie assistant probe", "tool": "Delta tool probe"}
 _SECOND_SYSTEM = "Echo system probe"
+_SECOND_USER = "Foxtrot user probe"
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,28 @@ def _end_of_turn(template: "ChatTemplate", closing: str) -> tuple[str, tuple[int
     return text, ids, texts
 
 
+def _system_alone(render: Any, msg: dict[str, dict], name: str) -> str:
+    """The rendering of the system probe alone; for a template that refuses a conversation without a user query
+    (Qwen3.5: ``No user query found in messages.``), the rendering of ``[system, user]`` less the text of its user
+    turn, measured as a second user message's (``[system, user, user]`` minus ``[system, user]``)."""
+    try:
+        return render([msg["system"]], "system")
+    except ChatTemplateError as alone:
+        try:
+            r_su = render([msg["system"], msg["user"]], "user")
+            second = render([msg["system"], msg["user"], {"role": "user", "content": _SECOND_USER}], "user")
+        except ChatTemplateError:
+            raise alone from None
+        pre, suf = _split(_after(second, r_su, "a second user message", name), _SECOND_USER, "user", name)
+        turn = pre + PROBES["user"] + suf
+        if not r_su.endswith(turn):
+            raise ChatTemplateError(f"{name}: the chat template renders no system message without a user message "
+                                    f"({alone}), and its first user turn is not framed as a later one "
+                                    f"({turn!r} does not end {r_su!r}); the system message cannot be charged on "
+                                    "its own") from alone
+        return r_su[: len(r_su) - len(turn)]
+
+
 def measure_framing(template: "ChatTemplate", **template_kwargs: Any) -> ChatFraming:
     """Measure the `ChatFraming` of ``template`` rendered with ``template_kwargs`` (see the module docstring).
     Prefer `ChatTemplate.framing`, which caches the result per set of options."""
@@ -189,7 +215,7 @@ def measure_framing(template: "ChatTemplate", **template_kwargs: Any) -> ChatFra
     def n(text: str) -> int:
         return len(template.encode(text))
 
-    r_s = render([msg["system"]], "system")
+    r_s = _system_alone(render, msg, name)
     s_pre, s_suf = _split(r_s, PROBES["system"], "system", name)
     r_su = render([msg["system"], msg["user"]], "user")
     u_pre, u_suf = _split(_after(r_su, r_s, "a user message", name), PROBES["user"], "user", name)

@@ -252,14 +252,11 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
 
     controller = engine = None
     if posthoc_engine is not None:
-        from bapsql.models.chat_template import ChatTemplate
         from bapsql.rollout.engines.base import load_engine_config
-        from bapsql.rollout.engines.factory import make_engine
         from bapsql.rollout.posthoc_engine import EngineController
 
-        ecfg = load_engine_config(posthoc_engine)
-        engine = make_engine(ecfg)
-        controller = EngineController(engine, ChatTemplate.from_dir(ecfg.tokenizer_dir or ecfg.model))
+        controller = EngineController.from_config(load_engine_config(posthoc_engine))  # its chat-template options too
+        engine = controller.engine
     try:
         with DatabaseHandles(counter, calibration=cal) as handles:
             env = BudgetedSQLEnv(token_counter=counter, handles=handles, options=options, controller=controller)

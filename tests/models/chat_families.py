@@ -1,10 +1,16 @@
-"""Three chat-template families as small model folders in tmp_path (no model download): the packaged byte-level BPE
+"""Four chat-template families as small model folders in tmp_path (no model download): the packaged byte-level BPE
 tokenizer with each family's special tokens added, its chat template, tokenizer_config.json and generation_config.json.
 
 - ``smollm2``: SmolLM2-Instruct's exact ChatML template (HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0): no tool
   support, a ``tool`` message renders as ``<|im_start|>tool\\n...<|im_end|>\\n``, a default system message when none.
-- ``qwen3``: Qwen3's shape (`tests.policies.templates.QWEN3_STYLE`): tool results as user ``<tool_response>`` turns,
-  an empty think block in the generation prompt under ``enable_thinking: false`` (``<think>`` tokens added).
+- ``qwen3``: Qwen3's template as released (Qwen/Qwen3-0.6B .. 32B, Apache-2.0; ``templates/qwen3.jinja``): tool
+  results as user ``<tool_response>`` turns, an empty think block in the generation prompt under
+  ``enable_thinking: false`` and on the last assistant turn only (past turns lose it in a fresh rendering);
+  ``<think>`` / ``</think>`` added (not special), as in Qwen3's tokenizer.
+- ``qwen3_5``: Qwen3.5's template (``templates/qwen3_5.jinja``): the same headers, end of turn and tool-response
+  turns, contents trimmed, every assistant turn after the last user query keeps its think block, and it refuses to
+  render a conversation with no user query (``raise_exception('No user query found in messages.')``) or a system
+  message that is not first.
 - ``llama3``: Meta-Llama-3-Instruct's template: ``<|begin_of_text|>`` once, ``<|start_header_id|>role<|end_header_id|>
   \\n\\n`` + trimmed content + ``<|eot_id|>``; eos ids ``<|end_of_text|>`` and ``<|eot_id|>``.
 """
@@ -16,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR
-from tests.policies.templates import QWEN3_STYLE
+
+TEMPLATES = Path(__file__).parent / "templates"
+QWEN3_TEMPLATE = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
+QWEN3_5_TEMPLATE = (TEMPLATES / "qwen3_5.jinja").read_text(encoding="utf-8")
 
 SMOLLM2_TEMPLATE = (  # chat_template.jinja of HuggingFaceTB/SmolLM2-135M-Instruct, verbatim (368 bytes)
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
@@ -37,16 +46,22 @@ FAMILIES: dict[str, dict[str, Any]] = {
                 "config": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
                            "unk_token": "<|endoftext|>"},
                 "eos": ["<|im_end|>"], "kwargs": {}},
-    "qwen3": {"template": QWEN3_STYLE, "special": [], "tokens": ["<think>", "</think>"],
+    "qwen3": {"template": QWEN3_TEMPLATE, "special": [], "tokens": ["<think>", "</think>"],
               "config": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
               "eos": ["<|im_end|>", "<|endoftext|>"], "kwargs": {"enable_thinking": False}},
+    "qwen3_5": {"template": QWEN3_5_TEMPLATE, "special": [], "tokens": ["<think>", "</think>"],
+                "config": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+                "eos": ["<|im_end|>", "<|endoftext|>"], "kwargs": {"enable_thinking": False},
+                "needs_user_query": True},
     "llama3": {"template": LLAMA3_TEMPLATE,
                "special": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                            "<|eot_id|>"], "tokens": [],
                "config": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"},
                "eos": ["<|end_of_text|>", "<|eot_id|>"], "kwargs": {}},
 }
-END_OF_TURN = {"smollm2": "<|im_end|>", "qwen3": "<|im_end|>", "llama3": "<|eot_id|>"}
+# which families render a conversation with no user message (a system prompt alone)
+RENDERS_SYSTEM_ALONE = {f: not spec.get("needs_user_query", False) for f, spec in FAMILIES.items()}
+END_OF_TURN = {"smollm2": "<|im_end|>", "qwen3": "<|im_end|>", "qwen3_5": "<|im_end|>", "llama3": "<|eot_id|>"}
 
 
 def make_family_dir(root: Path, family: str) -> Path:

@@ -121,10 +121,11 @@ def test_a_scripted_episodes_token_stream_equals_the_sft_rendering(minibench, mi
     assert max(think_blocks) >= 2
 
 
-@pytest.mark.parametrize("family", ["smollm2", "llama3"])
+@pytest.mark.parametrize("family", ["smollm2", "llama3", "qwen3", "qwen3_5"])
 def test_the_sft_stream_equals_the_rollout_stream_for_other_template_families(minibench, mini_tasks, tmp_path,
                                                                                 family):
-    """SmolLM2's ChatML (plain tool turns) and Llama 3's headers: SFT targets end with the template's own end of turn
+    """SmolLM2's ChatML (plain tool turns), Llama 3's headers, Qwen3's and Qwen3.5's released templates (default
+    options; Qwen3.5 renders nothing without a user query): SFT targets end with the template's own end of turn
     and every SFT prompt is the token stream the model agent builds for the same episode, its context figure
     included (the env charges the family's overheads, not ChatML's)."""
     from collections import defaultdict

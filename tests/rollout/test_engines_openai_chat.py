@@ -187,26 +187,33 @@ def test_api_key_comes_from_the_environment(monkeypatch):
 
 
 def test_eval_posthoc_engine_path_takes_a_chat_engine_yaml(tmp_path):
-    """What `bapsql eval --posthoc-engine chat.yaml` builds (bapsql.rollout.runner.evaluate): the engine from the
-    YAML and the chat template of its tokenizer folder, deciding a post-hoc control through the chat API."""
+    """What `bapsql eval --posthoc-engine chat.yaml` builds (`EngineController.from_config`, as
+    bapsql.rollout.runner.evaluate calls it): the engine from the YAML, the chat template of its tokenizer folder and
+    its chat-template options — a Qwen3 prompt with thinking off, read back and sent with the same options."""
     from bapsql.env.posthoc import ResultShape
     from bapsql.rollout.posthoc_engine import SYSTEM, EngineController
+    from tests.models.chat_families import make_family_dir
 
+    qwen3 = make_family_dir(tmp_path, "qwen3")
     shape = ResultShape(600, ("id", "name"), 6, 6, 4200, 35, 70, "result_tokens")
     with ScriptedChatServer({"Which control?": ["profile"]}) as server:
         yaml = tmp_path / "chat.yaml"
-        yaml.write_text(f"engine: {{kind: openai_chat, model: scripted, base_url: '{server.base_url}'}}\n")
-        ecfg = load_engine_config(yaml)
-        engine = make_engine(ecfg)
+        yaml.write_text(f"engine: {{kind: openai_chat, model: scripted, base_url: '{server.base_url}', "
+                        f"tokenizer: '{qwen3}', chat_template_kwargs: {{enable_thinking: false}}}}\n")
+        ctl = EngineController.from_config(load_engine_config(yaml))
         try:
-            choice = EngineController(engine, ChatTemplate.from_dir(ecfg.tokenizer_dir or ecfg.model)).choose(shape)
+            choice = ctl.choose(shape)
         finally:
-            engine.close()
+            ctl.engine.close()
     assert choice.control == "profile" and choice.prompt_tokens > 20
-    assert server.requests[0]["messages"][0] == {"role": "system", "content": SYSTEM}
+    request = server.requests[0]
+    assert request["messages"][0] == {"role": "system", "content": SYSTEM}
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
+    assert ctl.template_kwargs == {"enable_thinking": False}
 
 
-# -- any chat template: SmolLM2's ChatML, Qwen3 with thinking off, Llama 3 (tests/models/chat_families.py) ----------
+# -- any chat template: SmolLM2's ChatML, Qwen3 and Qwen3.5 with thinking off, Llama 3 (tests/models/chat_families.py)
 EPISODE = [{"role": "system", "content": "You answer with tool calls."},
            {"role": "user", "content": "Please count the orders."},
            {"role": "assistant", "content": call("execute_query", sql="SELECT count(*) FROM orders")},
@@ -223,7 +230,7 @@ def families(tmp_path_factory):
     return {f: make_family_dir(root, f) for f in FAMILIES}
 
 
-@pytest.mark.parametrize("family", ["smollm2", "qwen3", "llama3"])
+@pytest.mark.parametrize("family", ["smollm2", "qwen3", "qwen3_5", "llama3"])
 def test_messages_round_trip_through_any_template_fresh_and_streamed(families, family):
     """A fresh rendering and the agent's token stream (completions appended as sampled, observations as the template's
     continuation: Qwen3's empty think blocks stay in past turns) both read back into the env's messages."""
@@ -242,7 +249,7 @@ def test_messages_round_trip_through_any_template_fresh_and_streamed(families, f
         stream.add_completion(template.encode(EPISODE[i]["content"] + eot))
         stream.add_observation([EPISODE[i + 1]])
     text = template.decode(stream.prompt_ids)
-    if family == "qwen3":
+    if family.startswith("qwen3"):
         assert text.count("<think>\n\n</think>\n\n") == 3  # two past turns and the generation prompt
     assert messages_of(text, framings) == EPISODE
     with pytest.raises(EngineError, match="generation prompt"):

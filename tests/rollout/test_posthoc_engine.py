@@ -54,6 +54,20 @@ def test_an_answer_naming_no_control_falls_back(template):
         EngineController(None, template, fallback="shrug")
 
 
+def test_the_prompt_is_rendered_with_the_engines_chat_template_options(tmp_path):
+    """Qwen3 with thinking off: the controller's prompt ends in the empty think block, as the engine's other prompts
+    do; without the options the model would open a think block and name no control within ``max_tokens``."""
+    from tests.models.chat_families import make_family_dir
+
+    template = ChatTemplate.from_dir(make_family_dir(tmp_path, "qwen3"))
+    engine = _Says(template, "limit")
+    ctl = EngineController(engine, template, template_kwargs={"enable_thinking": False})
+    assert ctl.choose(SHAPE).control == "limit"
+    assert engine.prompts[0].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    EngineController(engine, template).choose(SHAPE)
+    assert engine.prompts[1].endswith("<|im_start|>assistant\n")  # the template's default: no block
+
+
 @pytest.mark.slow
 def test_a_real_engine_controls_an_episode(tmp_path, people_task):
     """The tiny model (untrained) behind the HF engine decides the control of a real episode; its tokens are

@@ -2,8 +2,13 @@
 
 Contract: `ModelCodec.from_dir(folder)` reads ``tokenizer.json`` (Hugging Face `tokenizers`), the special-token
 flags of its added tokens, and the eos / pad ids from ``generation_config.json`` (falling back to
-``tokenizer_config.json``'s ``eos_token`` / ``pad_token``). ``decode`` skips special tokens, as vLLM does by default,
-so every engine renders a completion's ``text`` the same way. Only `tokenizers` is needed (a core dependency).
+``tokenizer_config.json``'s ``eos_token`` / ``pad_token``). The token the folder's chat template closes an assistant
+turn with (`bapsql.models.framing.ChatFraming.end_of_turn_ids`, measured from the template: ``<|im_end|>``,
+``<|eot_id|>``, ...) ends a completion too, whether or not the configs name it (Meta-Llama-3-Instruct first shipped
+with eos ``<|end_of_text|>`` only, so a model that closed its turn with ``<|eot_id|>`` ran on to ``max_tokens``); a
+template the environment cannot frame adds nothing here (it fails where prompts are rendered). ``decode`` skips
+special tokens, as vLLM does by default, so every engine renders a completion's ``text`` the same way. Only
+`tokenizers` (and, for a folder with a chat template, jinja2) is needed.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class ModelCodec:
                         eos.add(by_content[content])
                     elif pad is None:
                         pad = by_content[content]
+        eos.update(template_end_of_turn(d))
         if not eos:
             raise EngineError(f"{d}: no eos token in generation_config.json or tokenizer_config.json")
         return cls(d / "tokenizer.json", frozenset(eos), pad if pad is not None else min(eos))
@@ -69,6 +75,18 @@ class ModelCodec:
     def decode_raw(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept (for text prompts sent to a server)."""
         return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+def template_end_of_turn(folder: str | Path) -> tuple[int, ...]:
+    """The id of the token ``folder``'s chat template closes an assistant turn with (one id), or () when the folder
+    has no chat template or its template cannot be framed (`bapsql.tokens.folder_framing`)."""
+    from bapsql.errors import ChatTemplateError
+    from bapsql.tokens import folder_framing
+
+    try:
+        return folder_framing(str(Path(folder).resolve())).end_of_turn_ids[:1]
+    except ChatTemplateError:
+        return ()
 
 
 @contextlib.contextmanager
