@@ -10,6 +10,11 @@ the per-message template overheads, generation prompt and closing tokens the env
 (`bapsql.env.transcript.Transcript`). `HFTokenCounter` measures it, lazily and once per (folder, template options),
 from the chat template of the folder its ``tokenizer.json`` lives in; a counter without a template — the regex
 approximation, or a bare tokenizer file — uses `DEFAULT_FRAMING` (Qwen2.5 ChatML).
+
+Every counter also has ``neutralize(text)``: the escape of control-token strings in untrusted text
+(`bapsql.models.untrusted`; the environment applies it to every message the policy did not write before counting it).
+`HFTokenCounter` escapes its tokenizer's control tokens and the common families' shapes; `RegexTokenCounter` the
+common shapes.
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ class RegexTokenCounter:
     framing = DEFAULT_FRAMING
     _pattern = re.compile(r"[A-Za-z_]+|\d+|[^\sA-Za-z_\d]")
 
+    def neutralize(self, text: str) -> str:
+        """``text`` with control-token strings escaped (the common shapes: `bapsql.models.untrusted.DEFAULT`)."""
+        from bapsql.models.untrusted import DEFAULT
+
+        return DEFAULT(text)
+
     def count(self, text: str) -> int:
         n = 0
         for m in self._pattern.finditer(text):
@@ -73,6 +84,17 @@ class HFTokenCounter:
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    @cached_property
+    def _neutralizer(self):
+        from bapsql.models.untrusted import for_tokenizer
+
+        return for_tokenizer(self._tok)
+
+    def neutralize(self, text: str) -> str:
+        """``text`` with every control-token string of this tokenizer (and of the common chat families) escaped, so
+        it encodes as plain characters (`bapsql.models.untrusted`)."""
+        return self._neutralizer(text)
 
     @cached_property
     def framing(self) -> ChatFraming:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -10,9 +12,12 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.command("serve")
 @click.option("--db", "dbs", multiple=True, required=True, type=click.Path(dir_okay=False),
               help="An SQLite file to answer about (repeatable); requests name it by its stem (shop.db -> shop).")
-@click.option("--engine", required=True, metavar="YAML|openai_chat:URL",
-              help="Engine YAML, or openai_chat:URL for an OpenAI-compatible chat API (URL ends in /v1).")
-@click.option("--model", default=None, help="The served model's name (required with openai_chat:URL).")
+@click.option("--engine", default=None, metavar="YAML|openai_chat:URL|vllm|hf",
+              help="Engine YAML; openai_chat:URL for an OpenAI-compatible chat API (URL ends in /v1); or vllm / hf "
+                   "to run --model in this process (default with --model alone: vllm when installed, else hf).")
+@click.option("--model", default=None,
+              help="A model to run locally: a registry name (bapsql model list, e.g. smollm2-135m-instruct; fetched "
+                   "on first use) or a model folder; with openai_chat:URL, the served model's name.")
 @click.option("--condition", default="full", show_default=True, help="Condition every episode runs under.")
 @click.option("--budget", "default_budget", default="S", show_default=True,
               help="Budget level of requests that name none.")
@@ -23,7 +28,14 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option("--log-dir", default="bapsql-serve-logs", show_default=True, type=click.Path(file_okay=False),
               help="Run folder of the Parquet logs (one episode per request; `bapsql analyze` reads it).")
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(min=1),
-              help="Episodes played at once (more requests wait their turn).")
+              help="Episodes played at once (a local engine decodes all their turns in one batch).")
+@click.option("--max-queue", default=64, show_default=True, type=click.IntRange(min=0),
+              help="Requests admitted to wait for an episode; more are refused at once with 429 and Retry-After.")
+@click.option("--request-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a request may take from its arrival (waiting included); past it the answer is 504 and "
+                   "its turns so far are logged as timed_out.")
+@click.option("--restart-engine/--no-restart-engine", default=True, show_default=True,
+              help="Rebuild a local engine that died (meanwhile /healthz and requests answer 503 with the reason).")
 @click.option("--max-tokens", default=512, show_default=True, type=click.IntRange(min=1),
               help="Completion tokens per turn (the context budget may allow fewer).")
 @click.option("--max-body-bytes", default=16_384, show_default=True, type=click.IntRange(min=256))
@@ -34,16 +46,17 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
                    "rendered with them and openai_chat sends them to the server (replaces the engine YAML's).")
 @click.option("--allow-remote-without-key", is_flag=True,
               help="Allow binding a non-loopback --host without --api-key-env (not recommended).")
-def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: str, default_budget: str, host: str,
-              port: int, api_key_env: str | None, log_dir: str, concurrency: int, max_tokens: int,
-              max_body_bytes: int, calibration: str | None, chat_template_kwargs: str | None,
-              allow_remote_without_key: bool) -> None:
+def serve_cmd(dbs: tuple[str, ...], engine: str | None, model: str | None, condition: str, default_budget: str,
+              host: str, port: int, api_key_env: str | None, log_dir: str, concurrency: int, max_queue: int,
+              request_timeout: float, restart_engine: bool, max_tokens: int, max_body_bytes: int,
+              calibration: str | None, chat_template_kwargs: str | None, allow_remote_without_key: bool) -> None:
     """Serve POST /v1/ask {"db": NAME, "question": TEXT, "budget": "XS"|"S"|"M"|"L"}: every request is one budgeted
     episode (estimator, shield, ledger, evidence) of the model behind --engine, answered as JSON and logged to
     LOG_DIR. The web page is at http://HOST:PORT/ and the API docs at /docs.
 
     \b
-    Example:
+    Examples:
+      bapsql serve --db shop.db --model smollm2-135m-instruct
       bapsql serve --db shop.db --engine openai_chat:http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --port 8080
     """
     import dataclasses
@@ -73,7 +86,13 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
                                "(or --allow-remote-without-key if you really mean it)")
     try:
         lookup_condition(condition)
-        cfg = engine_config_from_spec(engine, model=model)
+        if engine is None and model is None:
+            raise click.UsageError("pass --model NAME (a registry name or model folder, run locally) and/or --engine "
+                                   "(an engine YAML, openai_chat:URL, vllm or hf)")
+        if engine is None or engine in LOCAL_KINDS:
+            cfg = _local_engine_config(engine, model, console)
+        else:
+            cfg = engine_config_from_spec(engine, model=model)
         if chat_template_kwargs is not None:
             cfg = dataclasses.replace(cfg, chat_template_kwargs=_json_object(chat_template_kwargs))
         cal = load_calibration(calibration) if calibration else None
@@ -91,9 +110,11 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        asker = Asker(eng, cfg, registry, ServeOptions(condition=condition, default_budget=default_budget,
-                                                       concurrency=concurrency, max_tokens=max_tokens,
-                                                       log_dir=log_dir), calibration=cal)
+        options = ServeOptions(condition=condition, default_budget=default_budget, concurrency=concurrency,
+                               max_tokens=max_tokens, log_dir=log_dir, max_queue=max_queue,
+                               request_timeout_s=request_timeout)
+        asker = Asker(eng, cfg, registry, options, calibration=cal,
+                      restart=(lambda: make_engine(cfg)) if restart_engine else None)
     except BapsqlError as exc:
         eng.close()
         raise click.ClickException(str(exc)) from exc
@@ -106,8 +127,35 @@ def serve_cmd(dbs: tuple[str, ...], engine: str, model: str | None, condition: s
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         asker.close()
-        eng.close()
+        eng.close()  # idempotent: a local engine's scheduler closed it already
     console.print(f"{asker.logged} episodes logged to {log_dir}; analyse with: bapsql analyze {log_dir}")
+
+
+LOCAL_KINDS = ("vllm", "hf")
+MAX_LOCAL_LEN = 16_384  # context of a local engine: the model's max positions, at most this
+
+
+def _local_engine_config(kind: str | None, model: str | None, console: Any) -> Any:
+    """The `EngineConfig` that runs ``model`` (a registry name, fetched on first use, or a model folder) in this
+    process with ``kind`` (vllm | hf; default vllm when installed, else hf)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from bapsql.models.resolve import resolve_model
+    from bapsql.rollout.engines.base import EngineConfig
+
+    if not model:
+        raise click.UsageError(f"--engine {kind}: name the model to run with --model (a registry name or a folder)")
+    folder = Path(resolve_model(model, announce=console.print))
+    if not (folder / "config.json").is_file():
+        raise click.UsageError(f"--model {model}: not a registry name (bapsql model list) nor a model folder with a "
+                               "config.json")
+    if kind is None:
+        kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    positions = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    max_len = min(MAX_LOCAL_LEN, positions) if isinstance(positions, int) and positions > 0 else 4096
+    return EngineConfig(kind=kind, model=str(folder), max_model_len=max_len)
 
 
 def _json_object(text: str) -> dict:

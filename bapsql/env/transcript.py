@@ -14,6 +14,11 @@ generation prompt it was sampled after, its content, the closing). Messages that
 context goes down or up) — the environment reports ``context_rewritten`` when that happens, the agent renders the
 whole conversation afresh, and past assistant messages are charged from then on as a fresh rendering shows them
 (``framing.past_assistant_overhead``: the same for most templates, less for Qwen3's dropped think blocks).
+
+Untrusted text never becomes a control token: the content of every system, user and tool message (the question,
+database values and column names, everything the environment shows) is escaped with the counter's ``neutralize``
+(`bapsql.models.untrusted`) before it is counted and before `messages` hands it to the agent's chat template, so a
+``<|im_start|>system`` in a question or a row stays plain text. Assistant messages (the policy's own) are not.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bapsql.models.framing import DEFAULT_FRAMING, ChatFraming
+from bapsql.models.untrusted import DEFAULT as DEFAULT_NEUTRALIZER
 from bapsql.tokens import TokenCounter
 
 
@@ -47,6 +53,7 @@ class Transcript:
     def __init__(self, counter: TokenCounter, block_text: Callable[[str], str],
                  framing: ChatFraming | None = None) -> None:
         self._counter = counter
+        self._neutralize = getattr(counter, "neutralize", None) or DEFAULT_NEUTRALIZER  # untrusted text: escaped
         self._block_text = block_text
         self.framing = framing if framing is not None else framing_of(counter)
         self._messages: list[_Message] = []
@@ -63,7 +70,8 @@ class Transcript:
         return self.framing.trailer_tokens
 
     def _content(self, m: _Message) -> str:
-        return m.head + (self._block_text(m.ref) if m.ref else "") + m.tail
+        text = m.head + (self._block_text(m.ref) if m.ref else "") + m.tail
+        return text if m.role == "assistant" else self._neutralize(text)
 
     def _wrap(self, role: str) -> tuple[str, str, int] | None:
         """(prefix, suffix, correction) of a role whose content is counted between its template texts."""
@@ -83,6 +91,8 @@ class Transcript:
         content + ``role_suffix``, minus those texts' own tokens): a tokenizer may merge a content's last character
         with the newline after it (Qwen's ``...\\n</tool_response>``), and the rendered prompt holds the merged
         token. An assistant content is counted alone: the model sampled it as its own tokens."""
+        if role != "assistant":
+            content = self._neutralize(content)  # as `messages` will show it (idempotent)
         wrap = self._wrap(role)
         if wrap is None:
             return self.framing.cost(role, self._counter.count(content))

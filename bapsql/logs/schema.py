@@ -31,6 +31,10 @@ FAILURE_KINDS: tuple[str, ...] = (
     "invalid_actions",  # truncated after only invalid actions
 )
 
+# Why a served episode (bapsql serve) stopped before its end: its client went away, or it ran past its deadline.
+# Kept apart from FAILURE_KINDS (the outcomes of episodes that ran to their end); the writer accepts both.
+SERVED_FAILURE_KINDS: tuple[str, ...] = ("cancelled", "timed_out")
+
 ACTIONS: tuple[str, ...] = (
     "inspect_schema",
     "estimate_query",

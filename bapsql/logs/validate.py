@@ -26,13 +26,14 @@ from bapsql.logs.schema import (
     EPISODES_SCHEMA,
     FAILURE_KINDS,
     PARTITION_COLUMNS,
+    SERVED_FAILURE_KINDS,
     SCHEMA_VERSION,
     TURNS_SCHEMA,
 )
 
 TABLES: dict[str, pa.Schema] = {"episodes": EPISODES_SCHEMA, "turns": TURNS_SCHEMA}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
-_VOCABULARIES = {"failure": FAILURE_KINDS, "action": ACTIONS}
+_VOCABULARIES = {"failure": FAILURE_KINDS + SERVED_FAILURE_KINDS, "action": ACTIONS}
 _INT_BOUNDS = {pa.int16(): 2**15, pa.int32(): 2**31, pa.int64(): 2**63}
 
 

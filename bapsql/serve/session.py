@@ -1,10 +1,19 @@
 """Served questions as budgeted episodes: one request = one episode of the model agent, logged exactly once.
 
-Contract of `Asker.ask(db, question, level, on_turn=None)` (blocking; the web app runs it on `Asker.pool`):
+Contract of `Asker.ask(db, question, level, on_turn=None, control=None)` (blocking; the web app calls
+`Asker.submit`, which admits the request (`bapsql.serve.control.Admission`: at most ``concurrency`` running and
+``max_queue`` waiting, else ``None`` and the app answers 429) and runs it on `Asker.pool`):
 
 - the question becomes a `Task` over the registered database (no gold: the episode is scored by nobody) and plays
   in a `BudgetedSQLEnv` under the service's condition and the requested budget, driven by
-  `bapsql.rollout.agent.ModelAgent` one ``engine.generate`` per turn — the agent loop sweeps use, on one request;
+  `bapsql.rollout.agent.ModelAgent`, one engine request per turn — the agent loop sweeps use, on one request;
+- engine requests go through one turn source (`bapsql.rollout.engines.batching`): a local engine (vllm, hf) is
+  owned by ONE scheduler thread that runs every episode's pending turn in one continuous batch (``restart``, when
+  given, rebuilds it after it dies); an HTTP engine gets one pool thread per request;
+- ``control`` (`bapsql.serve.control.EpisodeControl`; by default one with the ``request_timeout_s`` deadline counted
+  from ``submitted``) bounds the episode: past its deadline, or once cancelled (the client went away), the episode
+  stops at once — its engine request is withdrawn — its turns so far are logged with failure ``timed_out`` /
+  ``cancelled`` (`bapsql.logs.schema.SERVED_FAILURE_KINDS`), and `RequestTimeout` / `RequestCancelled` is raised;
 - every pool thread keeps its own warm `DatabaseHandles` and env (neither is thread-safe), so at most
   ``concurrency`` episodes run at once and a database handle never crosses threads; the shield is the only path to
   SQLite (read-only connection, authorizer, VM-step caps);
@@ -17,8 +26,8 @@ Contract of `Asker.ask(db, question, level, on_turn=None)` (blocking; the web ap
   own episode id, with method ``model.<served model>@<condition>`` — so `bapsql analyze LOG_DIR` reads served
   traffic; `flush()` writes the finished episodes to Parquet off the request path (the app calls it every
   ``flush_s`` seconds and at shutdown; a crash loses at most the episodes of the last ``flush_s`` seconds);
-- an engine failure propagates (`EngineError` / `EngineUnavailable`: the app answers 503) and that unfinished
-  episode is not logged.
+- an engine failure propagates (`EngineError` / `EngineUnavailable` / `EngineDead`: the app answers 503) and that
+  unfinished episode is not logged; `Asker.health` is the turn source's (a dead local engine: not ok, with why).
 """
 
 from __future__ import annotations
@@ -27,12 +36,13 @@ import re
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bapsql.errors import ConfigError
+from bapsql.errors import ConfigError, RequestCancelled, RequestTimeout
+from bapsql.serve.control import Admission, EpisodeControl
 from bapsql.serve.registry import DatabaseRegistry
 from bapsql.serve import views
 
@@ -41,8 +51,10 @@ RUN = "serve"
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How the service plays episodes. ``concurrency``: episodes at once (env threads); ``max_tokens`` /
-    ``temperature``: sampling of each turn; ``log_dir``: the run folder of the Parquet logs."""
+    """How the service plays episodes. ``concurrency``: episodes at once (env threads); ``max_queue``: requests
+    admitted to wait for one (more are refused: 429); ``request_timeout_s``: each request's deadline from its
+    arrival (``None``: none); ``max_tokens`` / ``temperature``: sampling of each turn; ``log_dir``: the run folder
+    of the Parquet logs."""
 
     condition: str = "full"
     default_budget: str = "S"
@@ -51,10 +63,16 @@ class ServeOptions:
     temperature: float = 0.0
     log_dir: str = "bapsql-serve-logs"
     flush_s: float = 2.0
+    max_queue: int = 64
+    request_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigError(f"serve.concurrency: must be >= 1, got {self.concurrency}")
+        if self.max_queue < 0:
+            raise ConfigError(f"serve.max_queue: must be >= 0, got {self.max_queue}")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise ConfigError(f"serve.request_timeout_s: must be > 0 seconds (or None), got {self.request_timeout_s}")
 
 
 class _Clock:
@@ -115,7 +133,7 @@ class Asker:
     """Plays served questions (see the module docstring)."""
 
     def __init__(self, engine: Any, engine_config: Any, registry: DatabaseRegistry, options: ServeOptions = ServeOptions(),
-                 *, calibration: Any = None, cache_dir: Path | None = None):
+                 *, calibration: Any = None, cache_dir: Path | None = None, restart: Callable[[], Any] | None = None):
         from bapsql.budgets import load_ladder
         from bapsql.env.conditions import method_name
         from bapsql.env.records import EnvOptions
@@ -125,11 +143,14 @@ class Asker:
         tok_dir = engine_config.tokenizer_dir
         if tok_dir is None:
             raise ConfigError("engine.tokenizer: the served engine needs a tokenizer folder (set tokenizer:)")
-        self.engine, self.engine_config, self.registry, self.options = engine, engine_config, registry, options
+        self.engine_config, self.registry, self.options = engine_config, registry, options
+        self.admission = Admission(options.concurrency, options.max_queue)
         self.ladder = load_ladder()
         self.ladder[options.default_budget]  # unknown default level: ConfigError now, not per request
         self.env_options = EnvOptions().under(options.condition)
-        served = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(engine_config.model)).strip("._") or "model"
+        model = str(engine_config.model)
+        model = Path(model).name if Path(model).is_dir() else model  # a local folder: its name, not its path
+        served = re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("._") or "model"
         self.method = method_name(f"model.{served}", options.condition)
         self.template = load_template(tok_dir)
         template_kwargs = dict(engine_config.chat_template_kwargs)  # e.g. enable_thinking: false, as the engine's
@@ -151,6 +172,22 @@ class Asker:
         self._flush_lock = threading.Lock()
         self.logged = 0  # episodes finished and queued for the log
         self._closed = False
+        from bapsql.rollout.engines.batching import turn_source
+
+        self.turns = turn_source(engine, engine_config.kind, workers=options.concurrency, restart=restart)  # last
+
+    @property
+    def engine(self) -> Any:
+        """The engine the turn source calls (after a restart, the new one)."""
+        return self.turns.engine
+
+    @engine.setter
+    def engine(self, engine: Any) -> None:
+        self.turns.engine = engine
+
+    def health(self) -> Any:
+        """The engine's `bapsql.rollout.engines.batching.EngineHealth`."""
+        return self.turns.health()
 
     # -- per-thread env ------------------------------------------------------------------------------------------
     def _slot(self) -> _Slot:
@@ -169,16 +206,39 @@ class Asker:
         return slot
 
     # -- one request ---------------------------------------------------------------------------------------------
+    def control(self, submitted: float | None = None) -> EpisodeControl:
+        """A fresh `EpisodeControl` with the service's deadline (``request_timeout_s`` after ``submitted``)."""
+        return EpisodeControl.within(self.options.request_timeout_s, submitted)
+
+    def submit(self, db: str, question: str, level: str, control: EpisodeControl, *,
+               on_turn: Callable[[dict], None] | None = None) -> Future | None:
+        """Admit the request and run `ask` on the pool (the future holds its answer view or error); ``None`` when
+        ``concurrency + max_queue`` requests are already in (the caller answers 429; `Admission.retry_after_s`)."""
+        if not self.admission.enter():
+            return None
+        submitted = time.perf_counter()
+        try:
+            future = self.pool.submit(self.ask, db, question, level, submitted=submitted, on_turn=on_turn,
+                                      control=control)
+        except BaseException:
+            self.admission.leave()
+            raise
+        future.add_done_callback(lambda _f: self.admission.leave(time.perf_counter() - submitted))
+        return future
+
     def ask(self, db: str, question: str, level: str, *, submitted: float | None = None,
-            on_turn: Callable[[dict], None] | None = None) -> dict:
+            on_turn: Callable[[dict], None] | None = None, control: EpisodeControl | None = None) -> dict:
         """Play ``question`` on registered database ``db`` under budget ``level``; returns the answer view
-        (`bapsql.serve.views.ask_view`). ``submitted`` (a ``perf_counter`` time) counts the wait for a thread."""
+        (`bapsql.serve.views.ask_view`). ``submitted`` (a ``perf_counter`` time) counts the wait for a thread;
+        ``control`` bounds the episode (see the module docstring)."""
         from bapsql.logs.writer import episode_id
         from bapsql.rollout.agent import ModelAgent
         from bapsql.types import Task
 
         start, cpu_start = time.perf_counter(), time.thread_time()
         queue_s = start - submitted if submitted is not None else 0.0
+        control = control if control is not None else self.control(submitted)
+        control.check()  # past its deadline while queued, or its client gone: no episode
         entry = self.registry[db]
         budget = self.ladder[level]
         slot = self._slot()
@@ -189,16 +249,27 @@ class Asker:
         agent = ModelAgent(slot.env, self.template, self.agent_config, episode_key=eid, seed=0)
         db0 = self.db_clock.total
         agent.reset(task, budget)
+        timings: list[tuple[float, float, float]] = []  # (model_s, db_s, harness_s) per turn played
+        try:
+            return self._play(agent, slot, eid, entry.name, level, task, control, on_turn, timings, start=start,
+                              cpu_start=cpu_start, queue_s=queue_s, db0=db0)
+        except (RequestCancelled, RequestTimeout):  # the turns so far are logged, marked with why it stopped
+            self._log(eid, level, task, slot.env.summary(), slot.env.turn_records, timings, failure=control.outcome)
+            raise
+
+    def _play(self, agent: Any, slot: _Slot, eid: str, db: str, level: str, task: Any, control: EpisodeControl,
+              on_turn: Callable[[dict], None] | None, timings: list[tuple[float, float, float]], *, start: float,
+              cpu_start: float, queue_s: float, db0: float) -> dict:
         pending_harness = time.perf_counter() - start  # reset: charged to the first turn
         pending_db = self.db_clock.total - db0
         pending_cpu = time.thread_time() - cpu_start
         turns: list[dict] = []
-        timings: list[tuple[float, float, float]] = []
         while not agent.done:
+            control.check()
             t0, c0 = time.perf_counter(), time.thread_time()
             req = agent.request()
             t1, c1 = time.perf_counter(), time.thread_time()
-            gen = self.engine.generate([req.prompt_ids], [req.params])[0]
+            gen = control.wait(self.turns.submit(req.prompt_ids, req.params))
             t2, c2 = time.perf_counter(), time.thread_time()
             db0 = self.db_clock.total
             text = agent.advance(gen)
@@ -219,17 +290,21 @@ class Asker:
         self._log(eid, level, task, summary, slot.env.turn_records, timings)
         log_s = time.perf_counter() - t_log
         total_s = time.perf_counter() - start
-        return views.ask_view(eid, entry.name, level, self.options.condition, summary,
+        return views.ask_view(eid, db, level, self.options.condition, summary,
                               slot.env.ledger.snapshot(), slot.env.evidence, turns, timings,
                               queue_s=queue_s, log_s=log_s, total_s=total_s)
 
     # -- logging -------------------------------------------------------------------------------------------------
     def _log(self, eid: str, level: str, task: Any, summary: Any, records: Any,
-             timings: list[tuple[float, float, float]]) -> None:
+             timings: list[tuple[float, float, float]], failure: str | None = None) -> None:
+        """Queue the episode's rows for the writer; ``failure``: the served outcome of an episode that did not run
+        to its end (``cancelled`` / ``timed_out``), which replaces the env's failure kind."""
         from bapsql.rollout.groups import EpisodeSpec, episode_rows, group_id
 
         spec = EpisodeSpec(eid, RUN, self.method, level, 0, 0, 0, task, group_id(task.task_id, level, 0))
         ep, turns = episode_rows(spec, summary, records)
+        if failure is not None:
+            ep["failure"] = failure
         for row, (model_s, db_s, harness_s) in zip(turns, timings):
             row.update(model_s=round(model_s, 6), db_s=round(db_s, 6), harness_s=round(harness_s, 6))
         with self._lock:
@@ -249,11 +324,13 @@ class Asker:
         return len(batch)
 
     def close(self) -> None:
-        """Finish running episodes, flush the log, close the databases (idempotent; the engine is the caller's)."""
+        """Finish running episodes, stop the turn source (a local engine's scheduler closes that engine; an HTTP
+        engine is the caller's), flush the log, close the databases (idempotent)."""
         if self._closed:
             return
         self._closed = True
         self.pool.shutdown(wait=True)
+        self.turns.close()
         self.flush()
         with self._lock:
             self.writer.close()

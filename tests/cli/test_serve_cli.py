@@ -41,6 +41,11 @@ REPO = Path(__file__).resolve().parents[2]
       "enable_thinking=false"], "--chat-template-kwargs: not JSON"),
     (["--db", "{shop}", "--engine", "openai_chat:http://127.0.0.1:9/v1", "--model", "m", "--chat-template-kwargs",
       "[false]"], "pass a JSON object"),
+    (["--db", "{shop}"], "pass --model NAME"),
+    (["--db", "{shop}", "--engine", "hf"], "name the model to run with --model"),
+    (["--db", "{shop}", "--model", "{tmp}/no-such-model"], "not a registry name"),
+    (["--db", "{shop}", "--engine", "openai_chat:http://127.0.0.1:9/v1", "--model", "m", "--request-timeout", "0"],
+     "--request-timeout"),
 ])
 def test_serve_refuses_bad_arguments_with_what_to_pass(tmp_path, args, words):
     shop = make_shop(tmp_path / "shop.db")

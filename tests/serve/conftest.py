@@ -4,11 +4,15 @@ server, the server, and the service on a real loopback HTTP port."""
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import sqlite3
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +122,42 @@ def build_service(db_paths, engine_url: str, log_dir: Path, *, api_key: str | No
     asker = Asker(engine, cfg, registry, ServeOptions(concurrency=concurrency, log_dir=str(log_dir), flush_s=0.2,
                                                              max_tokens=max_tokens))
     return asker, engine, create_app(asker, api_key=api_key, engine_label="openai_chat:test", **app_kw)
+
+
+def build_local_service(db_paths, engine, log_dir: Path, *, concurrency: int = 4, max_queue: int = 64,
+                        request_timeout_s: float | None = None, restart=None, **app_kw):
+    """(asker, app) over ``db_paths`` with a local engine object (``engine.config`` names its tokenizer): the
+    service drives it through its one scheduler thread."""
+    from bapsql.serve.app import create_app
+    from bapsql.serve.registry import DatabaseRegistry
+    from bapsql.serve.session import Asker, ServeOptions
+    from bapsql.tokens import load_token_counter
+
+    cfg = engine.config
+    registry = DatabaseRegistry.open(db_paths, load_token_counter(str(cfg.tokenizer_dir)))
+    options = ServeOptions(concurrency=concurrency, log_dir=str(log_dir), flush_s=0.2, max_queue=max_queue,
+                           request_timeout_s=request_timeout_s)
+    asker = Asker(engine, cfg, registry, options, restart=restart)
+    return asker, create_app(asker, engine_label=f"{cfg.kind}:test", **app_kw)
+
+
+def http(method: str, url: str, body: bytes | dict | None = None, headers: dict | None = None,
+         timeout: float = 60) -> tuple[int, dict]:
+    """(status, JSON body or text) of one request; an HTTP error status is returned, not raised."""
+    status, out, _ = http_full(method, url, body, headers, timeout)
+    return status, out
+
+
+def http_full(method: str, url: str, body: bytes | dict | None = None, headers: dict | None = None,
+              timeout: float = 60) -> tuple[int, dict, Any]:
+    """(status, JSON body or text, response headers: an `email.message.Message`, case-insensitive)."""
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read().decode()
+            out = json.loads(raw) if resp.headers.get_content_type() == "application/json" else raw
+            return resp.status, out, resp.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read().decode()), exc.headers

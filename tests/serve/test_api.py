@@ -4,25 +4,12 @@ the contract, every 4xx / 503 path, auth, hostile requests, and every request lo
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.request
 
 import pytest
 
 from bapsql.logs.reader import read_table
-from tests.serve.conftest import COUNT_Q, INJECT_Q, N_ORDERS, LiveService, build_service, sha256
-
-
-def http(method: str, url: str, body: bytes | dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if isinstance(body, dict) else body
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            raw = resp.read().decode()
-            return resp.status, json.loads(raw) if resp.headers.get_content_type() == "application/json" else raw
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read().decode())
+from tests.serve.conftest import COUNT_Q, INJECT_Q, N_ORDERS, LiveService, build_service, http, sha256
 
 
 @pytest.fixture

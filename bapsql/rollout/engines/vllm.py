@@ -31,10 +31,12 @@ recomputes (`bapsql.train.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stay
   then drops the prefix cache. One version at a time: a load with ``step`` requests in flight raises, and after
   a merge only that version's `AdapterRef` is accepted (the base weights are gone). On CPU this decodes ~2.4×
   faster than vLLM's LoRA kernels.
-- Thread safety: the calls that drive the engine (``generate``, ``logprobs_of``, ``step``, ``load_adapter``,
-  ``clear_cache``) hold one lock, so callers in several threads (``bapsql serve``'s episode threads, each calling
-  ``generate`` for its own turn) run one at a time. Without it a second `LLM.generate` drained the first one's
-  requests: one thread got the other's outputs and the other waited forever.
+- Thread safety: the calls that drive the engine (``generate``, ``logprobs_of``, ``step``, ``abort``,
+  ``load_adapter``, ``clear_cache``) hold one lock, so callers in several threads run one at a time (a second
+  `LLM.generate` drained the first one's requests: one thread got the other's outputs and the other waited forever).
+  ``bapsql serve`` does not share the engine between threads at all: one scheduler thread
+  (`bapsql.rollout.engines.batching.BatchScheduler`) steps it with ``step(new, max_steps=1)``, admitting every
+  episode's next turn into one running batch between decoding steps, and drops a withdrawn turn with ``abort``.
 
 vllm is imported when the engine is built, never at module import.
 """
@@ -114,9 +116,11 @@ class VLLMEngine:
                             gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
                             enforce_eager=config.enforce_eager, enable_lora=config.enable_lora,
                             logprobs_mode="processed_logprobs")
-        # auto: the checkpoint's dtype, as the learner resolves it (vLLM's own auto runs a float32 checkpoint in half
-        # precision, which the float32 learner would not match)
-        kwargs["dtype"] = resolve_dtype(config.dtype, path)
+        # auto: resolved for the device as the learner resolves it (bapsql.models.dtype; vLLM's own auto runs a
+        # float32 checkpoint in half precision on the CPU too, which the float32 CPU learner would not match)
+        kwargs["dtype"] = resolve_dtype(config.dtype, path, "cuda" if on_gpu else "cpu")
+        if config.tensor_parallel_size > 1:  # the GPUs its actor reserved (engine_gpus), workers inside the actor
+            kwargs["distributed_executor_backend"] = "mp"
         if config.tokenizer_dir is not None:
             kwargs["tokenizer"] = str(config.tokenizer_dir)
         if config.enable_lora:
@@ -156,8 +160,11 @@ class VLLMEngine:
         return [self._generation(prompts[i], out.outputs[0], params[i]) for i, out in enumerate(outs)]
 
     @_serialized
-    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None) -> list[tuple[str, Generation]]:
-        """Admit ``new`` into the running batch and return the requests that finish next (see the protocol)."""
+    def step(self, new: Sequence[StepRequest], *, adapter: AdapterRef | None = None,
+             max_steps: int | None = None) -> list[tuple[str, Generation]]:
+        """Admit ``new`` into the running batch and return the requests that finish next (see the protocol).
+        ``max_steps``: run at most that many engine steps, so the call may return ``[]`` with requests still in
+        flight (the serving scheduler, `bapsql.rollout.engines.batching`, admits new requests between steps)."""
         from vllm.sampling_params import RequestOutputKind
 
         self._check_open()
@@ -174,7 +181,9 @@ class VLLMEngine:
             engine.add_request(rid, self._TokensPrompt(prompt_token_ids=list(prompt)), params, lora_request=lora)
             self._running[rid] = (key, tuple(prompt), sp, lora_id)
         done: list[tuple[str, Generation]] = []
-        while self._running and not done:
+        steps = 0
+        while self._running and not done and (max_steps is None or steps < max_steps):
+            steps += 1
             if not engine.has_unfinished_requests():  # stepping would wait forever for outputs that cannot come
                 raise EngineError(f"vllm engine: {len(self._running)} step() requests are in flight here but vLLM "
                                   f"holds none (e.g. {next(iter(self._running))!r}); the engine lost track of them")
@@ -187,6 +196,36 @@ class VLLMEngine:
 
     def in_flight(self) -> int:
         return len(self._running)
+
+    admits_between_steps = True  # step(max_steps=...) may return before a request finishes
+
+    def dead_reason(self) -> str | None:
+        """Why this engine can no longer serve — its engine-core process exited (``engine_process: separate``) —
+        or ``None``. Safe from any thread (reads vLLM's flag without the engine lock). When dead, it also wakes a
+        ``step`` blocked on outputs that will never come (vLLM's client shuts its output thread down without
+        waking the waiting step), which then raises vLLM's ``EngineDeadError``."""
+        core = getattr(getattr(self._llm, "llm_engine", None), "engine_core", None)
+        resources = getattr(core, "resources", None)
+        if resources is None or not getattr(resources, "engine_dead", False):
+            return None
+        outputs = getattr(core, "outputs_queue", None)
+        if outputs is not None:
+            from vllm.v1.engine.exceptions import EngineDeadError
+
+            outputs.put_nowait(EngineDeadError())
+        return "EngineDeadError: vLLM's engine core process exited"
+
+    @_serialized
+    def abort(self, keys: Sequence[str]) -> None:
+        """Drop the ``step`` requests of ``keys`` from the running batch (those not in flight are ignored)."""
+        self._check_open()
+        wanted = set(keys)
+        rids = [rid for rid, r in self._running.items() if r[0] in wanted]
+        if rids:
+            self._llm.llm_engine.abort_request(rids)
+            for rid in rids:
+                del self._running[rid]
+            self._retire()
 
     @_serialized
     def load_adapter(self, path: str, name: str, version: int) -> AdapterRef:
