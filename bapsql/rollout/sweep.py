@@ -7,10 +7,11 @@
 2. expands methods × budgets × seeds × tasks into `EpisodeSpec` s (`GroupSampler`, ``samples_per_group`` each),
    keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids
    already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
-3. starts the actors — env workers (sharded by database), one engine host per model method and replica, the
-   trajectory writer — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit,
-   never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this
-   process;
+3. starts the actors — env workers (sharded by database, kept off a multi-node cluster's head), one engine host
+   per model method and replica, the trajectory writer (no CPU reserved) — with a progress line while they are
+   placed and `PlacementError` for one still unplaced after ``workers.placement_timeout_s`` — on a private local
+   Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit, never ``ray stop``) or on the cluster at
+   ``address``; ``backend="local"`` runs the same plain classes in this process;
 4. runs the `Driver` with a rich progress bar (a placebo method ``P@shuffled_estimate`` runs after the others: its
    pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`;
    once it ran, how far its shown payloads were from an exact permutation — `placebo_run_stats`, ``unmatched`` — is
@@ -99,8 +100,9 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
         keys[method] = [("engine", method, r) for r in range(w.engine_replicas)]
         specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
                             num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in keys[method]]
+    # the writer is I/O-bound: it reserves no CPU, so pinned to the driver's node it always fits there
     specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), {"text": cfg.log_text},
-                           num_cpus=0.1,
+                           num_cpus=0.0,
                            resources=dict(w.writer_resources),
                            placement="driver" if w.writer == "driver" else "default"))
     return specs, keys
@@ -166,7 +168,7 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
         ncpu = max(cfg.ray.num_cpus or os.cpu_count() or 1, math.ceil(sum(a.num_cpus for a in actors)))
         session = ray_session(address or cfg.ray.address, num_cpus=ncpu, include_dashboard=cfg.ray.include_dashboard,
                               temp_dir=None if (address or cfg.ray.address) else short_temp_dir(run_dir / "tmp"))
-        be = RayBackend(max_restarts=cfg.workers.max_restarts)
+        be = RayBackend(max_restarts=cfg.workers.max_restarts, placement_timeout_s=cfg.workers.placement_timeout_s)
     else:
         raise ValueError(f"backend must be 'ray' or 'local', got {backend!r}")
     try:
@@ -175,7 +177,11 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
                 from bapsql.rollout.ray_shell.nodes import preflight
 
                 preflight(root, run_dir)
-            be.start(actors)
+            if backend == "ray":  # a progress line while the actors are placed; PlacementError when one never is
+                with Progress(console, "placing actors", len(actors), interval_s=10.0) as placing:
+                    be.start(actors, progress=placing)
+            else:
+                be.start(actors)
             setup_s = time.perf_counter() - t0
             progress_bar.start()
             try:

@@ -69,7 +69,8 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
     if cfg.model.remote_learner:
         from bapsql.rollout.ray_shell.learner import RemoteLearner
 
-        learner: Any = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus)
+        learner: Any = RemoteLearner(lcfg, num_gpus=cfg.model.learner_gpus, num_cpus=cfg.model.learner_cpus,
+                                     placement_timeout_s=cfg.rollout.placement_timeout_s)
     else:
         from bapsql.train.learner import Learner
 
@@ -86,6 +87,7 @@ def build_grpo(cfg: TrainConfig, seed: int, *, base: Path, tasks: Sequence[Any],
                                probe=make_probe(ChatTemplate.from_dir(base), cfg.sync.probe_completion_tokens,
                                                 **template_kwargs),
                                run_dir=run_dir, monitor=monitor)
+        trainer.total_updates = total_updates  # pipelined rollouts are never generated past the last update
     except BaseException:
         GRPOSetup(learner=learner, rollouts=rollouts, trainer=None, monitor=monitor).close()
         raise
@@ -106,9 +108,10 @@ def build_rollouts(cfg: TrainConfig, *, base: Path, tasks: Sequence[Any], run_di
 
     r = cfg.rollout
     if r.use_ray:
+        from bapsql.rollout.placement import TRAIN_KEYS
         from bapsql.rollout.ray_shell import RayBackend
 
-        backend: Any = RayBackend()
+        backend: Any = RayBackend(placement_timeout_s=r.placement_timeout_s, config_keys=TRAIN_KEYS)
     else:
         from bapsql.rollout.backend import LocalBackend
 
@@ -128,6 +131,7 @@ def build_rollouts(cfg: TrainConfig, *, base: Path, tasks: Sequence[Any], run_di
         env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
         writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,
         driver_config=DriverConfig(in_flight=r.in_flight), engine_threads=r.engine_threads,
-        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, calibration=cfg.calibration,
+        engine_gpus=r.engine_gpus, worker_cpus=r.env_worker_cpus, env_resources=r.env_resources,
+        calibration=cfg.calibration,
         eval_agent=eval_agent, eval_method=method_name(f"{r.method}.val", cfg.condition) if validation else None,
         log_text=r.log_text)

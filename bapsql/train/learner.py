@@ -138,7 +138,7 @@ class Learner(LearnerState):
         path = Path(cfg.model_path)
         if not (path / "config.json").is_file():
             raise ConfigError(f"learner: no model at {path} (need a transformers folder with config.json)")
-        dtype = getattr(torch, resolve_dtype(cfg.dtype, path))  # auto: the checkpoint's (bapsql.models.dtype)
+        dtype = getattr(torch, resolve_dtype(cfg.dtype, path, self.device))  # auto: by device (models.dtype)
         torch.manual_seed(cfg.seed)
         from transformers.utils import logging as hf_logging
 

@@ -5,6 +5,10 @@ Every tensor a checkpoint holds is moved to the CPU before it leaves the learner
 ``map_location`` onto the learner's device: on a cluster the learner runs in an actor on a GPU node and writes its
 own state to shared storage, so a CPU-only driver never deserialises a GPU tensor. The mixin uses the learner's
 ``model`` (the peft model), ``optimizer``, ``scheduler``, ``step``, ``device`` and ``cfg.model_path``.
+
+`snapshot` / `rollback` keep and restore an in-memory copy of that state (CPU copies, held by the learner itself —
+in its actor on a cluster — so nothing crosses to the driver): a batch whose optimizer steps failed part-way is
+undone rather than trained twice.
 """
 
 from __future__ import annotations
@@ -68,6 +72,33 @@ class LearnerState:
         self.optimizer.load_state_dict(state["optimizer"])  # casts the moments to each parameter's device
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
+
+    def snapshot(self) -> int:
+        """Keep a copy of this learner's trainable state (adapter tensors, optimizer, scheduler, step; copied to the
+        CPU) in the learner itself, replacing the previous one; returns the step it holds. Pipelined GRPO takes one
+        before each batch's optimizer steps, so a failure part-way through can `rollback` instead of training the
+        batch twice on retry."""
+        import copy
+
+        self._snapshot = {"adapter": self.adapter_state(),
+                          "training": copy.deepcopy(_to_cpu({"optimizer": self.optimizer.state_dict(),
+                                                             "scheduler": self.scheduler.state_dict(),
+                                                             "step": self.step}))}
+        return self.step
+
+    def rollback(self) -> int:
+        """Restore the state `snapshot` kept (every gradient dropped) and return its step; `ConfigError` when no
+        snapshot was taken."""
+        import copy
+
+        snap = getattr(self, "_snapshot", None)
+        if snap is None:
+            raise ConfigError("rollback: no snapshot was taken (call snapshot() before the optimizer steps)")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.load_adapter_state(snap["adapter"])  # copied into the parameters
+        # a copy: on the CPU the optimizer would otherwise adopt the snapshot's tensors and step them in place
+        self.load_training_state(copy.deepcopy(snap["training"]))
+        return self.step
 
     def save_state(self, out_dir: str | Path) -> Path:
         """Write this learner's own part of a checkpoint into ``out_dir`` (DESIGN §5): ``adapter/``, ``trainer.pt``

@@ -12,6 +12,9 @@ checkpoint.
 
 Update ``u`` (0-based) samples with policy version ``u`` (the adapter after ``u`` updates), trains, syncs version
 ``u + 1``, logs one metrics dict at step ``u + 1`` and checkpoints every ``checkpoint.every`` updates and at the end.
+Each batch is checked after it is played (`GRPOTrainer._check_served`): its trajectories carry policy version ``u``
+and every engine replica served adapter version ``u`` (``rollouts.replica_served_adapters``), else
+`WeightSyncError`.
 `start(resume=True)` restores the latest checkpoint (adapter, optimizer, scheduler, RNG, sampler, filter, counter)
 and re-syncs it, so the continued run draws the same prompts and — with a deterministic engine — produces the same
 metrics as an uninterrupted run. A starving filter never stops training: the update trains on the groups it kept
@@ -34,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bapsql.errors import ConfigError
+from bapsql.errors import ConfigError, WeightSyncError
 from bapsql.logs.monitor import Monitor, NullMonitor
 from bapsql.train.batch import build_samples, group_outcome, group_reward_array
 from bapsql.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, prune, save_checkpoint
@@ -81,10 +84,10 @@ class GRPOTrainer:
         self.sampler = TaskBudgetSampler([t.task_id for t in tasks], cfg.budgets.levels, weights=cfg.budgets.weights,
                                          seed=seed)
         self.filter = DifficultyFilter(cfg.filter)
-        self.sync = WeightSync(rollouts, learner, probe, self.run_dir / "adapters", tolerance=cfg.sync.tolerance,
-                               max_tolerance=cfg.sync.max_tolerance, delta_tolerance=cfg.sync.delta_tolerance)
+        self.sync = WeightSync(rollouts, learner, probe, self.run_dir / "adapters", settings=cfg.sync)
         self.reward_fn = reward_fn or (lambda group: group_reward_array(group, cfg.reward))
         self.update = 0
+        self.total_updates = cfg.grpo.updates  # the last update of the run (`run` raises it; pipelining stops there)
         self.history: list[UpdateRecord] = []
         self.started = False
 
@@ -168,7 +171,27 @@ class GRPOTrainer:
             return groups
 
         fill = fill_update(self.filter, draw, group_outcome)
+        self._check_served(drawn_groups, version)
         return fill, drawn_groups, rollout_s, generated
+
+    def _check_served(self, groups: Sequence[Sequence[Any]], version: int) -> None:
+        """Every trajectory sampled for policy ``version`` carries that version, and the adapter every engine replica
+        served them with (``rollouts.replica_served_adapters(rollouts.adapter)``, when the rollouts report it:
+        `Engine.served_adapter` per replica) is that version; else `WeightSyncError` — a trajectory labelled with one
+        version but sampled by another would be trained with the wrong behaviour policy."""
+        labels = sorted({int(t.spec.policy_version) for g in groups for t in g} - {int(version)})
+        if labels:
+            raise WeightSyncError(f"rollouts of policy version {version} came back labelled with versions {labels}")
+        served = getattr(self.rollouts, "replica_served_adapters", None)
+        if served is None or not groups:
+            return
+        reports = served(getattr(self.rollouts, "adapter", None))
+        wrong = {r: getattr(ref, "version", None) for r, ref in enumerate(reports)
+                 if getattr(ref, "version", None) != version}
+        if wrong:
+            raise WeightSyncError(f"trajectories of policy version {version} were sampled while engine replicas "
+                                  f"served adapter versions {wrong}: a trajectory's policy version must be the "
+                                  "adapter version the engine served it with")
 
     def _learn(self, samples: Sequence[Sample]) -> Any:
         """The optimizer steps of update ``self.update`` on ``samples`` (`bapsql.train.minibatch.grpo_steps`); the
@@ -200,6 +223,7 @@ class GRPOTrainer:
     def run(self, updates: int | None = None) -> list[UpdateRecord]:
         """Run until ``updates`` (default ``grpo.updates``) updates are done in total; checkpoint at the end."""
         target = self.cfg.grpo.updates if updates is None else updates
+        self.total_updates = max(self.total_updates, target)
         out = []
         while self.update < target:
             out.append(self.step())

@@ -8,13 +8,14 @@ Schedule (fixed, not timing-dependent, so runs reproduce and resume exactly): th
 sampled with policy version ``max(0, t − k)``. Step ``u``:
 
 1. take the pending batch of update ``u`` (generated ahead; generated now when none is pending — the first update,
-   or a resume from a synchronous run's checkpoint);
+   a resume from a synchronous run's checkpoint, or a retry after a learner failure dropped it);
 2. gate its kept groups by staleness (`bapsql.train.staleness.staleness_gate`: a group whose version is more than
    ``k`` behind the learner's ``u`` is dropped and counted, never trained) and build the learner samples;
 3. train in a learner thread (policy drift, then the update's optimizer steps, `bapsql.train.minibatch`; the
    loss's truncated importance weight ``min(π_u / π_v, is_cap)`` corrects for the behaviour policy ``v``,
    `bapsql.train.grpo`), while this thread generates the batches of updates ``u+1 … u+k`` not yet pending —
-   draw, play, judge and refill with the difficulty filter — with the version the engines serve, ``u``;
+   draw, play, judge and refill with the difficulty filter — with the version the engines serve, ``u`` — but
+   never a batch past the run's last update (`ahead_targets`; ``total_updates``, `GRPOTrainer.run` raises it);
 4. join, then sync version ``u+1`` to every engine replica (save, load, the probe logprob check: every sync is
    checked, as in the synchronous loop);
 5. log and checkpoint.
@@ -23,6 +24,15 @@ Weight sync happens between batches, when no request is in flight: every traject
 version, which the schedule fixes. (Engines can also swap with requests in flight — `EngineHost` keeps up to
 ``max_loras`` versions, old requests finish on their adapter, new ones take the new — but this loop does not rely
 on it, because the version a request got would then depend on timing.)
+
+Learner failures: before a batch's optimizer steps the learner keeps a `snapshot` of its state (adapter,
+optimizer, scheduler, step; `bapsql.train.learner_state`). When it fails part-way (say after one of two
+mini-batch steps), it is rolled back to that snapshot and the batch is put back, so a retry of the update trains it
+once from the same state; a learner that took none of the batch's steps keeps the batch as well. A learner that
+cannot roll back (no snapshot support, or its actor is gone) drops the batch instead, counted in
+``learner/dropped_batches``: training it again would take some of its steps twice. Every batch is also checked for
+the version it was sampled with (`GRPOTrainer._check_served`: the trajectories' labels and the adapter version each
+engine replica serves).
 
 Threads: only the learner runs in the second thread (a `Learner`, or a `RemoteLearner` whose calls block on its Ray
 actor). The rollout backend (Ray or in-process), sampler, filter, weight sync, monitor and checkpoints are used by the
@@ -62,6 +72,13 @@ from bapsql.train.staleness import (PENDING_FILE, PendingBatch, dumps_pending, g
 from bapsql.train.weight_sync import SyncReport
 
 
+def ahead_targets(last_pending: int, update: int, max_staleness: int, total_updates: int) -> range:
+    """The updates whose batches step ``update`` generates ahead: those after ``last_pending`` (the last batch
+    already pending, or ``update`` itself) up to ``update + max_staleness`` — and never past the last update of the
+    run (``total_updates`` updates: the last target is ``total_updates - 1``)."""
+    return range(last_pending + 1, min(update + max_staleness, total_updates - 1) + 1)
+
+
 def make_trainer(cfg: TrainConfig, **kwargs: Any) -> GRPOTrainer:
     """The GRPO loop ``cfg`` asks for: synchronous at ``grpo.max_staleness: 0``, else pipelined (same arguments as
     `GRPOTrainer`)."""
@@ -78,6 +95,8 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         super().__init__(cfg, **kwargs)
         self.max_staleness = cfg.grpo.max_staleness
         self.pending: deque[PendingBatch] = deque()
+        self.dropped_batches = 0  # batches a learner failure left half-trained and no rollback could undo
+        self._can_rollback = hasattr(self.learner, "snapshot") and hasattr(self.learner, "rollback")
 
     # --------------------------------------------------------------------------------------------------- start
     def start(self, *, resume: bool = False) -> SyncReport:
@@ -103,6 +122,32 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         return {PENDING_FILE: dumps_pending(list(self.pending))}
 
     # -------------------------------------------------------------------------------------------------- update
+    def _learner_step(self) -> int | None:
+        """The learner's optimizer step count (None when it keeps none, or cannot say: its actor is gone)."""
+        try:
+            step = getattr(self.learner, "step", None)
+        except Exception:  # a RemoteLearner whose actor died
+            return None
+        return int(step) if isinstance(step, (int, np.integer)) else None
+
+    def _after_learner_error(self, batch: PendingBatch, step0: int | None, *, snapshot: bool) -> None:
+        """The learner failed on ``batch``: put the batch back for a retry of this update when the learner took
+        none of its optimizer steps or was rolled back to the ``snapshot`` taken before them; else drop it (counted
+        in ``learner/dropped_batches``) — training it again would take some of its steps twice. The retry then
+        generates a fresh batch for the update."""
+        now = self._learner_step()
+        untouched = step0 is not None and now == step0
+        if not untouched and snapshot:
+            try:
+                self.learner.rollback()
+                untouched = True
+            except Exception:  # the learner is gone (its actor died): nothing to restore, the job resumes anyway
+                untouched = False
+        if untouched:
+            self.pending.appendleft(batch)
+        else:
+            self.dropped_batches += 1
+
     def _generate(self, target: int, version: int) -> PendingBatch:
         fill, drawn, rollout_s, generated = self._fill(version)
         return PendingBatch(target, version, fill, tuple(drawn), rollout_s, generated)
@@ -114,10 +159,10 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         t0 = time.perf_counter()
         u, k = self.update, self.max_staleness
         rollout_s, generated = 0.0, 0
-        if not self.pending:
+        if not self.pending or self.pending[0].target > u:  # none yet, or this update's batch was dropped
             first = self._generate(u, u)
             rollout_s, generated = first.rollout_s, first.generated
-            self.pending.append(first)
+            self.pending.appendleft(first)
         batch = self.pending.popleft()
         if batch.target != u:
             raise RuntimeError(f"the pending batch is for update {batch.target}, the learner is at update {u}")
@@ -132,7 +177,11 @@ class PipelinedGRPOTrainer(GRPOTrainer):
 
         def learn() -> None:
             try:
+                box["step0"] = self._learner_step()
                 box["drift"] = self._drift(samples)
+                if samples and self._can_rollback:
+                    self.learner.snapshot()  # the state before this batch: a failure part-way is undone
+                    box["snapshot"] = True
                 t = time.perf_counter()
                 box["lm"] = self._learn(samples) if samples else None
                 box["learner_s"] = time.perf_counter() - t
@@ -143,7 +192,7 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         learner.start()
         try:
             last = self.pending[-1].target if self.pending else u
-            for target in range(last + 1, u + k + 1):
+            for target in ahead_targets(last, u, k, self.total_updates):
                 ahead = self._generate(target, u)
                 rollout_s += ahead.rollout_s
                 generated += ahead.generated
@@ -151,9 +200,10 @@ class PipelinedGRPOTrainer(GRPOTrainer):
         finally:
             learner.join()
         if "error" in box:
-            self.pending.appendleft(batch)  # not trained: a retry of this update takes it again
+            self._after_learner_error(batch, box.get("step0"), snapshot=bool(box.get("snapshot")))
             raise box["error"]
 
-        extra = {**box["drift"], **staleness_metrics(versions, u, k), "staleness/batch_version": float(batch.version)}
+        extra = {**box["drift"], **staleness_metrics(versions, u, k), "staleness/batch_version": float(batch.version),
+                 "learner/dropped_batches": float(self.dropped_batches)}
         return self._finish(batch.drawn, batch.fill, info, box["lm"], generated,
                             {"rollout": rollout_s, "filter": filter_s, "learner": box["learner_s"]}, t0, extra)

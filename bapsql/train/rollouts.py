@@ -11,8 +11,9 @@ episodes' turns keep their completion / observation text, `bapsql.logs.text`).
 - `validate(prompts, policy_version)`: one episode per prompt with the same engines and adapter, sampled by the
   ``eval_agent`` given at construction (the evaluation's decoding), logged under the method ``eval_method``.
 - As the engine side of `bapsql.train.weight_sync.WeightSync`: `load_adapter(path, name, version)` loads the new
-  adapter on EVERY engine replica (in place) and makes it the one the next rollouts use; `replica_logprobs(...)`
-  returns each replica's probe logprobs, so the check covers every replica.
+  adapter on EVERY engine replica (in place) and makes it the one the next rollouts use; `replica_served_adapters`
+  and `replica_logprobs(...)` return each replica's served adapter and probe logprobs, so the checks cover every
+  replica.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class TrainingRollouts:
                  tasks: Sequence[Task], group_size: int, env_workers: int = 1, engine_replicas: int = 1,
                  env_options: Any = None, writer_dir: str | None = None, driver_config: DriverConfig = DriverConfig(),
                  engine_threads: int | None = 1, engine_gpus: float = 0.0, worker_cpus: float = 1.0,
-                 calibration: str | None = None, eval_agent: AgentConfig | None = None, eval_method: str | None = None,
+                 env_resources: dict[str, float] | None = None, calibration: str | None = None,
+                 eval_agent: AgentConfig | None = None, eval_method: str | None = None,
                  log_text: Any = None):
         self.backend = backend
         self.method = method
@@ -77,7 +79,7 @@ class TrainingRollouts:
             self.eval_method = eval_method
         specs = [ActorSpec(("env", i), EnvWorker, kwargs={"index": i, "agents": agents,
                                                            "env_options": env_options, "calibration": calibration},
-                           num_cpus=worker_cpus)
+                           num_cpus=worker_cpus, resources=dict(env_resources or {}), placement="spread")
                  for i in range(env_workers)]
         specs += [ActorSpec(k, EngineHost, args=(engine,), kwargs={"threads": engine_threads}, num_gpus=engine_gpus)
                   for k in self.engine_keys]
@@ -135,6 +137,11 @@ class TrainingRollouts:
         """Each replica's logprobs of the probe completion."""
         return call_all(self.backend, self.engine_keys, "logprobs_of", list(prompt_ids), list(completion_ids),
                         adapter)
+
+    def replica_served_adapters(self, adapter: AdapterSpec | None) -> list[Any]:
+        """What each replica reports serving for ``adapter`` (`EngineHost.served_adapter`: name, version and digest
+        of the files its engine loaded), in replica order: weight sync checks every one against the learner's."""
+        return call_all(self.backend, self.engine_keys, "served_adapter", adapter)
 
     def logprobs_of(self, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
                     adapter: AdapterSpec | None = None) -> list[float]:

@@ -99,4 +99,9 @@ def test_actor_options_reserve_custom_resources_and_spread_env_workers():
     assert opts["resources"] == {"env_node": 1.0} and opts["scheduling_strategy"] == "SPREAD"
     assert (opts["num_cpus"], opts["num_gpus"], opts["max_restarts"], opts["max_task_retries"]) == (0.5, 0.0, 3, 0)
     plain = actor_options(ActorSpec(("writer", 0), EnvWorker), max_restarts=1)
-    assert "resources" not in plain and "scheduling_strategy" not in plain
+    assert "resources" not in plain and "scheduling_strategy" not in plain and "label_selector" not in plain
+    assert "label_selector" not in opts
+    off_head = actor_options(spec, max_restarts=3, avoid_node="ab12")  # env workers kept off the head node
+    assert off_head["label_selector"] == {"ray.io/node-id": "!ab12"} and off_head["scheduling_strategy"] == "SPREAD"
+    assert "label_selector" not in actor_options(ActorSpec(("engine", "m", 0), EnvWorker), max_restarts=1,
+                                                 avoid_node="ab12")  # only spread (env) actors avoid it

@@ -91,14 +91,16 @@ def test_an_interrupted_sweep_resumes_without_duplicates(local_ray, bench, tmp_p
 
 
 def test_actors_the_cluster_cannot_schedule_fail_loudly_instead_of_hanging(local_ray):
-    from bapsql.errors import RolloutError
+    from bapsql.errors import PlacementError
     from bapsql.rollout.backend import ActorSpec
     from bapsql.rollout.ray_shell import RayBackend
     from bapsql.rollout.workers import EnvWorker
 
-    be = RayBackend()
-    with pytest.raises(RolloutError, match="reserve 64 CPU, 0 GPU, the cluster has"):
-        be.start([ActorSpec(("env", 0), EnvWorker, (0,), num_cpus=64)], timeout_s=3)
+    be = RayBackend(placement_timeout_s=3)
+    with pytest.raises(PlacementError, match=r"actor env/0 was not placed on any node within 3 s: it asks for CPU 64, "
+                                             r"on any node\. The cluster's nodes offer: \w{8} \(head, .*\): CPU "):
+        be.start([ActorSpec(("env", 0), EnvWorker, (0,), num_cpus=64)])
+    assert not be.handles  # released
     be.shutdown()
 
 

@@ -171,3 +171,32 @@ def test_learner_nucleus_settings_are_checked():
     for kw in ({"top_p": 0.0}, {"top_p": 1.2}, {"top_k": -1}):
         with pytest.raises(ConfigError, match="top_"):
             LearnerConfig(model_path="m", **kw)
+
+
+def test_rollback_restores_the_state_of_the_snapshot_exactly(make_learner):
+    """Pipelined GRPO undoes a batch whose optimizer steps failed part-way: adapter, optimizer moments, scheduler
+    and step come back as they were, and training again from there takes the very same steps (twice: the snapshot
+    is not stepped in place by the optimizer it was loaded into)."""
+    learner = make_learner(lr=1e-2)
+    s = samples(4)
+    learner.sft_update(s)  # optimizer moments exist
+    assert learner.snapshot() == 1
+    before = learner.adapter_state()
+    first = [learner.sft_update(s).loss for _ in range(2)]
+    assert learner.step == 3
+    moved = learner.adapter_state()
+    assert any(not torch.equal(before[k], moved[k]) for k in before)
+    for _ in range(2):
+        assert learner.rollback() == 1 and learner.step == 1
+        after = learner.adapter_state()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        assert learner.scheduler.state_dict()["last_epoch"] == 1
+        again = [learner.sft_update(s).loss for _ in range(2)]
+        assert again == pytest.approx(first, rel=1e-6)
+
+
+def test_rollback_without_a_snapshot_is_refused(make_learner):
+    from bapsql.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no snapshot"):
+        make_learner().rollback()

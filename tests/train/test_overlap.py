@@ -13,6 +13,7 @@ import pytest
 
 from bapsql.errors import ConfigError
 from bapsql.logs.monitor import MemoryMonitor
+from bapsql.rollout.engines.base import AdapterRef, adapter_digest
 from bapsql.rollout.groups import SegmentTokens
 from bapsql.train.config import (BudgetSection, CheckpointSection, GRPOSection, ModelSection, MonitorSection,
                                  TrainConfig)
@@ -20,7 +21,7 @@ from bapsql.train.filter import FilterConfig
 from bapsql.train.grpo import LossStats
 from bapsql.train.learner import UpdateMetrics
 from bapsql.train.loop import GRPOTrainer
-from bapsql.train.overlap import PipelinedGRPOTrainer, make_trainer
+from bapsql.train.overlap import PipelinedGRPOTrainer, ahead_targets, make_trainer
 from bapsql.train.staleness import (dumps_pending, group_version, loads_pending, staleness_gate,
                                     staleness_histogram, staleness_metrics, PendingBatch)
 from bapsql.train.weight_sync import Probe
@@ -78,7 +79,11 @@ class ScriptedRollouts:
     def load_adapter(self, path, name, version):
         self.loaded.append(version)
         self.step = int((Path(path) / "step").read_text())
+        self.serving = AdapterRef(name, version, str(path), 1, adapter_digest(path))  # what weight sync checks
         return (name, version)
+
+    def served_adapter(self, adapter):
+        return self.serving
 
     def logprobs_of(self, prompt_ids, completion_ids, *, adapter=None):
         return [-1.0 - 0.1 * self.step] * len(completion_ids)
@@ -116,9 +121,9 @@ class RecordingLearner:
         self.step = int((Path(path) / "adapter" / "step").read_text())
 
 
-def make_cfg(tmp_path, k, *, updates=5):
+def make_cfg(tmp_path, k, *, updates=5, mini_batches=1):
     return TrainConfig(name="ov", model=ModelSection(base="unused"), out_dir=str(tmp_path),
-                       grpo=GRPOSection(updates=updates, max_staleness=k, sft_init="none"),
+                       grpo=GRPOSection(updates=updates, max_staleness=k, sft_init="none", mini_batches=mini_batches),
                        filter=FilterConfig(group_size=4, min_success=1, max_success=3, groups_per_update=2,
                                            max_rounds=3, max_groups_per_round=4),
                        budgets=BudgetSection(levels=("XS", "S")), checkpoint=CheckpointSection(every=1, keep=10),
@@ -128,8 +133,8 @@ def make_cfg(tmp_path, k, *, updates=5):
 TASKS = [type("T", (), {"task_id": f"t{i}"})() for i in range(7)]
 
 
-def build(cfg, run_dir):
-    learner, rollouts = RecordingLearner(), ScriptedRollouts()
+def build(cfg, run_dir, learner=None, rollouts=None):
+    learner, rollouts = learner or RecordingLearner(), rollouts or ScriptedRollouts()
     trainer = make_trainer(cfg, seed=0, learner=learner, rollouts=rollouts, tasks=TASKS,
                            probe=Probe((1, 2, 3), (4, 5)), run_dir=run_dir, monitor=MemoryMonitor(),
                            reward_fn=lambda g: np.array([float(t.episode["success"]) for t in g]))
@@ -191,8 +196,7 @@ def test_batches_follow_the_version_schedule_and_every_group_is_trained_once(tmp
     uids = [u for trained in learner.trained for u, _, _ in trained]
     assert len(uids) == len(set(uids))  # no trajectory trained twice
     assert len(rollouts.played) == len(set(rollouts.played))  # no group played twice
-    assert [b.target for b in trainer.pending] == list(range(5, 5 + k))  # the next k batches are ready
-    assert sum(1 for _ in rollouts.versions_played) >= 5 + k
+    assert not trainer.pending  # nothing generated past the last update (grpo.updates = 5)
 
 
 def test_a_group_older_than_k_is_never_trained(tmp_path):
@@ -256,3 +260,119 @@ def test_max_staleness_zero_changes_nothing(tmp_path):
     trainer.run(3)
     assert [{v for _, v, _ in t} for t in learner.trained] == [{0}, {1}, {2}]
     assert not (tmp_path / "sync" / "checkpoints" / "update-000003" / "pending.pkl").exists()
+
+
+# ---------------------------------------------------------------------------------- bounds, failures, versions
+def test_batches_are_generated_ahead_up_to_the_last_update_only(tmp_path):
+    assert list(ahead_targets(0, 0, 2, 5)) == [1, 2]
+    assert list(ahead_targets(2, 1, 2, 5)) == [3]
+    assert list(ahead_targets(4, 3, 2, 5)) == []  # update 4 is the last one: nothing for 5 or 6
+    assert list(ahead_targets(0, 0, 3, 1)) == []
+    trainer, _, _ = build(make_cfg(tmp_path, 2, updates=4), tmp_path / "run")
+    targets = []
+    generate = trainer._generate
+    trainer._generate = lambda target, version: targets.append(target) or generate(target, version)
+    trainer.start()
+    trainer.run()
+    assert sorted(targets) == [0, 1, 2, 3] and not trainer.pending
+    trainer.run(6)  # asked for more updates: the bound moves with them
+    assert sorted(targets) == [0, 1, 2, 3, 4, 5] and trainer.update == 6 and not trainer.pending
+
+
+class SteppingLearner(RecordingLearner):
+    """A recording learner taking several optimizer steps per update (grpo.mini_batches) that fails on the
+    ``fail_at``-th call of grpo_update; with ``rollback`` it keeps and restores snapshots as `Learner` does."""
+
+    def __init__(self, fail_at=None, rollback=True):
+        super().__init__()
+        self.calls, self.fail_at = 0, fail_at
+        if rollback:
+            self.snapshot = lambda: setattr(self, "_snap", (self.step, list(self.trained))) or self.step
+            self.rollback = self._rollback
+
+    def _rollback(self):
+        self.step, self.trained = self._snap[0], list(self._snap[1])
+        return self.step
+
+    def token_logprobs(self, samples, masked_only=False):
+        return [np.zeros(len(s.input_ids)) for s in samples]
+
+    def grpo_update(self, samples, loss_cfg, old_logprobs=None):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("out of memory")
+        return super().grpo_update(samples, loss_cfg)
+
+
+def test_a_learner_failing_after_some_of_a_batchs_steps_is_rolled_back_and_trains_it_once(tmp_path):
+    clean, clean_learner, _ = build(make_cfg(tmp_path, 1, mini_batches=2), tmp_path / "clean", SteppingLearner())
+    clean.start()
+    clean.run(3)
+    trainer, learner, _ = build(make_cfg(tmp_path, 1, mini_batches=2), tmp_path / "run", SteppingLearner(fail_at=4))
+    trainer.start()
+    trainer.step()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trainer.step()  # update 1: its first optimizer step was taken, the second failed
+    assert trainer.update == 1 and learner.step == 2 and [b.target for b in trainer.pending] == [1, 2]
+    trainer.run(3)
+    assert learner.trained == clean_learner.trained  # the batch trained once, as if nothing had failed
+    assert trainer.dropped_batches == 0 and trainer.history[-1].metrics["learner/dropped_batches"] == 0.0
+
+
+def test_a_learner_that_cannot_roll_back_drops_the_half_trained_batch_and_counts_it(tmp_path):
+    trainer, learner, _ = build(make_cfg(tmp_path, 1, mini_batches=2), tmp_path / "run",
+                                SteppingLearner(fail_at=2, rollback=False))
+    trainer.start()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trainer.step()  # update 0: one of its two steps taken
+    half = {u for u, _, _ in learner.trained[0]}
+    assert trainer.dropped_batches == 1 and [b.target for b in trainer.pending] == [1]
+    rec = trainer.step()  # update 0 again, on a freshly generated batch
+    assert rec.update == 1 and rec.metrics["learner/dropped_batches"] == 1.0
+    retrained = {u for t in learner.trained[1:] for u, _, _ in t}
+    assert retrained and not half & retrained  # nothing of the dropped batch is trained a second time
+
+
+class ServedRollouts(ScriptedRollouts):
+    """Scripted rollouts whose engine replicas report the adapter they serve (name, version, digest of the files
+    loaded). With ``swap``, replica 0 moves to the next version while a batch is played (after the sync checked
+    it); with ``relabel``, trajectories come back labelled with another version than the one asked for."""
+
+    def __init__(self, swap=False, relabel=0):
+        super().__init__()
+        self.swap, self.relabel, self.adapter, self.moved = swap, relabel, None, False
+
+    def load_adapter(self, path, name, version):
+        from bapsql.rollout.engines.base import AdapterRef, adapter_digest
+
+        super().load_adapter(path, name, version)
+        self.adapter, self.moved = AdapterRef(name, version, str(path), 1, adapter_digest(path)), False
+        return self.adapter
+
+    def replica_served_adapters(self, adapter):
+        import dataclasses
+
+        moved = dataclasses.replace(self.adapter, version=self.adapter.version + 1) if self.moved else self.adapter
+        return [moved, self.adapter]
+
+    def play(self, prompts, policy_version):
+        self.moved = self.swap
+        return super().play(prompts, policy_version + self.relabel)
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_trajectorys_version_must_be_the_adapter_version_the_engine_served(tmp_path, k):
+    from bapsql.errors import WeightSyncError
+
+    ok, learner, _ = build(make_cfg(tmp_path, k), tmp_path / "ok", rollouts=ServedRollouts())
+    ok.start()
+    ok.run(3)
+    assert len(learner.trained) == 3
+    swapped, _, _ = build(make_cfg(tmp_path, k), tmp_path / "swap", rollouts=ServedRollouts(swap=True))
+    swapped.start()
+    with pytest.raises(WeightSyncError, match=r"replicas served adapter versions \{0: 1\}"):
+        swapped.step()
+    relabelled, _, _ = build(make_cfg(tmp_path, k), tmp_path / "relabel", rollouts=ServedRollouts(relabel=1))
+    relabelled.start()
+    with pytest.raises(WeightSyncError, match="labelled with versions"):
+        relabelled.step()

@@ -10,6 +10,7 @@ from bapsql.train.learner import Sample
 @pytest.mark.slow
 def test_remote_learner_matches_the_local_one(make_learner, tiny_model_dir, tmp_path):
     pytest.importorskip("ray")
+    from bapsql.errors import PlacementError
     from bapsql.rollout.ray_shell import local_ray
     from bapsql.rollout.ray_shell.learner import RemoteLearner
 
@@ -25,4 +26,13 @@ def test_remote_learner_matches_the_local_one(make_learner, tiny_model_dir, tmp_
         assert (out / "adapter_model.safetensors").is_file() and remote.step == 1
         with pytest.raises(AttributeError):
             remote.not_a_method  # noqa: B018
+        assert remote.snapshot() == 1  # kept in the actor, restored there (pipelined GRPO's undo)
+        remote.sft_update(batch)
+        assert remote.step == 2 and remote.rollback() == 1 and remote.step == 1
+        assert remote.sft_update(batch).loss == pytest.approx(local.sft_update(batch).loss, rel=1e-6)
         remote.close()
+        # a learner no node can host (this cluster has no GPU) fails at once, not after a wait without end
+        with pytest.raises(PlacementError, match=r"actor learner was not placed on any node within 2 s: it asks for "
+                                                 r"CPU 1, GPU 1, on any node.*model.learner_gpus.*"
+                                                 r"rollout.placement_timeout_s"):
+            RemoteLearner(local.cfg, num_gpus=1, num_cpus=1, placement_timeout_s=2)

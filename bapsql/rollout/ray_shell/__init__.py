@@ -7,8 +7,9 @@ without Ray; this package wraps it:
   only disconnect (never ``ray stop``);
 - `actors`: `RayBackend`, the rollout driver's backend over Ray actors (restarts, node loss → ``Outcome.died``,
   real restart counts);
-- `nodes`: placement of actors on nodes (custom resources, spread, pinned to the driver's node), where they run,
-  and the storage `preflight` every cluster job runs at start;
+- `nodes`: placement of actors on nodes (custom resources, spread and kept off the head, pinned to the driver's
+  node), the bounded wait for it (`PlacementError` instead of a hang), where they run, and the storage `preflight`
+  every cluster job runs at start;
 - `learner`: `RemoteLearner`, the learner in an actor on a GPU node (it saves and loads its own checkpoint state);
 - `train`: `fit_data_parallel`, Ray Train's `TorchTrainer` around a plain per-worker function (SFT);
 - `jobs`: `submit_job` / `load_runtime_env`, jobs sent to a cluster's dashboard.

@@ -5,7 +5,8 @@ resources=..., scheduling_strategy=...)``: Ray restarts a dead actor by rerunnin
 has the resources its spec asks for), and no call is retried behind the driver's back — the driver decides what to
 rerun (`bapsql.rollout.driver`). A call that fails because its actor died (`ray.exceptions.RayActorError`, a
 crashed worker process or a lost node) comes back as ``Outcome.died``; an exception from the actor's own code as
-``Outcome.error``. Placement: see `bapsql.rollout.ray_shell.nodes.scheduling`.
+``Outcome.error``. Placement (where actors go, the bounded wait for it at start): see
+`bapsql.rollout.ray_shell.nodes`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import ray
 from ray import exceptions as rex
 
 from bapsql.rollout.backend import ActorKey, ActorSpec, Outcome
-from bapsql.rollout.ray_shell.nodes import actor_node_ids, actor_options, actor_restarts
+from bapsql.rollout.placement import SWEEP_KEYS, ConfigKeys
+from bapsql.rollout.ray_shell.nodes import (actor_node_ids, actor_options, actor_restarts, await_actors, node_offers,
+                                            spec_asks, where_text)
 
 _DIED = tuple(c for c in (getattr(rex, n, None) for n in (
     "RayActorError", "WorkerCrashedError", "NodeDiedError", "OwnerDiedError", "ActorUnavailableError"))
@@ -26,15 +29,20 @@ _DIED = tuple(c for c in (getattr(rex, n, None) for n in (
 
 
 class RayBackend:
-    """`Backend` over Ray actors (module docstring). ``max_restarts``: restarts Ray grants each actor.
+    """`Backend` over Ray actors (module docstring). ``max_restarts``: restarts Ray grants each actor;
+    ``placement_timeout_s``: how long `start` waits for an actor to be placed before `PlacementError`;
+    ``config_keys``: the config keys its error names (`bapsql.rollout.placement.SWEEP_KEYS` / ``TRAIN_KEYS``).
 
     While Ray restarts an actor, calls to it fail fast (``ActorUnavailableError``); so after a death the backend
     holds new calls to that actor back and probes ``__ray_ready__`` until the new incarnation answers, then sends
     them in order (an actor that stays dead — restarts exhausted — fails them as died)."""
 
-    def __init__(self, *, max_restarts: int = 3, probe_s: float = 600.0):
+    def __init__(self, *, max_restarts: int = 3, probe_s: float = 600.0, placement_timeout_s: float = 60.0,
+                 config_keys: ConfigKeys = SWEEP_KEYS):
         self.max_restarts = max_restarts
         self.probe_s = probe_s
+        self.placement_timeout_s = placement_timeout_s
+        self.config_keys = config_keys
         self.handles: dict[ActorKey, Any] = {}
         self._refs: dict[Any, tuple[int, ActorKey, str]] = {}
         self._probes: dict[Any, tuple[ActorKey, float]] = {}  # __ray_ready__ ref -> (actor, first probe time)
@@ -42,37 +50,37 @@ class RayBackend:
         self._failed: list[Outcome] = []
         self._next = 0
 
-    def start(self, specs: list[ActorSpec], *, timeout_s: float = 900.0) -> None:
+    def start(self, specs: list[ActorSpec], *, timeout_s: float = 900.0, progress: Any = None) -> None:
         """Create every actor, then wait until each constructor has run: a broken one fails here, loudly, and so
-        does a set of actors the cluster cannot schedule (`RolloutError` naming what they need and what it has)."""
-        from bapsql.errors import RolloutError
+        does an actor the cluster does not place within ``placement_timeout_s`` (`PlacementError` naming it, what
+        it asked for, what each node offers and the config keys that change it; every actor is released first).
+        Actors pinned to the driver's node are created and placed first, so they hold their share of that node
+        before any env worker is placed; env workers stay off the head when `avoid_head` says so. ``progress``:
+        a `bapsql.progress.Progress` over ``len(specs)`` actors, updated while they are being placed."""
+        from bapsql.rollout.placement import avoid_head
 
-        for spec in specs:
-            cls = ray.remote(spec.cls).options(**actor_options(spec, max_restarts=self.max_restarts))
-            self.handles[spec.key] = cls.remote(*spec.args, **spec.kwargs)
-        refs = {h.__ray_ready__.remote(): key for key, h in self.handles.items()}
-        ready, waiting = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-        if waiting:
+        t0 = time.monotonic()
+        nodes = node_offers()
+        avoid = {s.key: avoid_head(spec_asks(s), nodes) if s.placement == "spread" else None for s in specs}
+        asks = {s.key: spec_asks(s) for s in specs}
+        where = {s.key: where_text(s, avoid[s.key]) for s in specs}
+        bounds = dict(asks=asks, where=where, keys=self.config_keys, placement_timeout_s=self.placement_timeout_s,
+                      started=t0)
+        pinned = [s for s in specs if s.placement == "driver"]
+        try:
+            for group in (pinned, [s for s in specs if s.placement != "driver"]):
+                for spec in group:
+                    opts = actor_options(spec, max_restarts=self.max_restarts, avoid_node=avoid[spec.key])
+                    self.handles[spec.key] = ray.remote(spec.cls).options(**opts).remote(*spec.args, **spec.kwargs)
+                if group is pinned and pinned:  # they reserve their node's share before anything else is placed
+                    await_actors({s.key: self.handles[s.key] for s in pinned}, ready=False, **bounds)
+            await_actors(self.handles, timeout_s=timeout_s, progress=progress, **bounds)
+        except BaseException:
             for h in self.handles.values():  # release them all: nothing half-started stays in the cluster
                 with contextlib.suppress(Exception):
                     ray.kill(h, no_restart=True)
             self.handles.clear()
-            need: dict[str, float] = {"CPU": sum(s.num_cpus for s in specs), "GPU": sum(s.num_gpus for s in specs)}
-            for s in specs:
-                for name, amount in s.resources.items():
-                    need[name] = need.get(name, 0.0) + amount
-            have = ray.cluster_resources()
-            raise RolloutError(
-                f"actors {[refs[r] for r in waiting]} did not start within {timeout_s:.0f} s; the sweep's actors "
-                f"reserve {_fmt(need)}, the cluster has {_fmt({k: have.get(k, 0.0) for k in need})} (lower "
-                "workers.*_cpus / *_gpus / *_resources or add nodes that offer them)")
-        try:
-            ray.get(ready)
-        except rex.ActorUnschedulableError as exc:  # e.g. pinned to the driver's node, which offers too little
-            raise RolloutError(f"an actor cannot be placed: {exc} (a writer pinned to the driver's node needs "
-                               "0.1 CPU there; else set workers.writer: any with storage every node shares)") from exc
-        except _DIED as exc:  # a constructor raised: the actor never came up
-            raise RolloutError(f"an actor failed to start: {exc}") from exc
+            raise
 
     def submit(self, key: ActorKey, method: str, *args: Any) -> int:
         self._next += 1
@@ -164,8 +172,4 @@ class RayBackend:
                 ray.kill(h, no_restart=True)
         self.handles.clear()
         self._refs.clear()
-
-
-def _fmt(res: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k}" for k, v in res.items())
 

@@ -3,7 +3,9 @@
 `RemoteLearner(cfg, num_gpus=1, num_cpus=4, resources=...)` starts `bapsql.train.learner.Learner` in an actor and
 exposes the methods the GRPO loop, weight sync and checkpoints call (``grpo_update``, ``sft_update``,
 ``token_logprobs``, ``logprobs_of``, ``save_adapter``, ``adapter_state``, ``load_adapter_state``, ``training_state``,
-``load_training_state``, ``save_state``, ``load_state``, ``merge_and_save``), each a blocking call.
+``load_training_state``, ``save_state``, ``load_state``, ``merge_and_save``, ``snapshot``, ``rollback``), each a
+blocking call. An actor no node can host fails the constructor with `PlacementError` after ``placement_timeout_s``
+(`bapsql.rollout.ray_shell.nodes.await_actors`), not a wait without end.
 
 Checkpoints: the actor writes and reads its own state (``save_state`` / ``load_state``: adapter, optimizer,
 scheduler, step, its process's RNG; tensors moved to the CPU, loaded with ``map_location``), so no GPU tensor is ever
@@ -27,7 +29,7 @@ from bapsql.train.config import LearnerConfig
 
 _METHODS = ("grpo_update", "sft_update", "token_logprobs", "logprobs_of", "save_adapter", "adapter_state",
             "load_adapter_state", "training_state", "load_training_state", "save_state", "load_state",
-            "merge_and_save")
+            "merge_and_save", "snapshot", "rollback")
 
 
 class LearnerLost(RolloutError):
@@ -58,10 +60,20 @@ class RemoteLearner:
     custom resources the actor needs (e.g. ``{"learner_gpu": 1}``: only nodes that offer it can host it)."""
 
     def __init__(self, cfg: LearnerConfig, *, num_gpus: float = 1.0, num_cpus: float = 1.0,
-                 resources: dict[str, float] | None = None):
+                 resources: dict[str, float] | None = None, placement_timeout_s: float = 60.0):
+        from bapsql.rollout.placement import TRAIN_KEYS
+        from bapsql.rollout.ray_shell.nodes import await_actors
+
         self.cfg = cfg
         self._actor = ray.remote(_Host).options(num_gpus=num_gpus, num_cpus=num_cpus, resources=resources or None,
                                                 max_restarts=0).remote(cfg)
+        asks = {"CPU": float(num_cpus), "GPU": float(num_gpus), **(resources or {})}
+        try:  # placed within the bound (else PlacementError), then its constructor (the model load) is awaited
+            await_actors({"learner": self._actor}, asks={"learner": asks}, where={"learner": "on any node"},
+                         keys=TRAIN_KEYS, placement_timeout_s=placement_timeout_s, ready=False)
+        except BaseException:
+            ray.kill(self._actor, no_restart=True)
+            raise
         self._get(self._actor.__ray_ready__.remote())
 
     def _get(self, ref: Any) -> Any:

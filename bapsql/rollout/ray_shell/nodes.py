@@ -5,13 +5,23 @@ node started with ``--resources '{"engine_gpu": 1}'`` offers them; a head starte
 actor), and says where it goes with ``placement``:
 
 - ``"default"``: wherever Ray finds the resources;
-- ``"spread"``: Ray's ``SPREAD`` strategy (env workers: sharded across the nodes that offer their resources);
+- ``"spread"``: Ray's ``SPREAD`` strategy (env workers: sharded across the nodes that offer their resources),
+  kept off the head node on a multi-node cluster when `bapsql.rollout.placement.avoid_head` says so (a label
+  selector ``ray.io/node-id: !HEAD``: env workers asking only for CPUs would otherwise take the head's, which the
+  driver and everything pinned to its node need);
 - ``"driver"``: hard node affinity to the driver's node (the trajectory writer when the run folder is a local
   disk of the driver's node; it then lives and dies with the driver). A restarted actor goes through the same
   strategy, so an env worker or engine whose node is lost comes back on another node that has its resources.
 
 `actor_node_ids(handles)` says where live actors run; `actor_restarts(handles)` how often Ray restarted each (the
-GCS's own count: `RayBackend.restarts`).
+GCS's own count: `RayBackend.restarts`); `node_offers()` what each alive node offers (total and free).
+
+`await_actors(handles, ...)` waits, with a bound, until every actor is placed (and its constructor has run): an
+actor counts as placed once the GCS's actor table shows it ALIVE or with a worker process leased for it (a pid or a
+worker port; a pending actor has neither). One still unplaced after ``placement_timeout_s`` raises `PlacementError`
+(`bapsql.rollout.placement.placement_message`: the actor, what it asked for, what each node offers, the config keys
+that change it) — a cluster that can never host an actor fails the job at start instead of leaving it pending
+forever. A progress line (``progress.update(placed, description=...)``) names the actors still waited for.
 
 `preflight(benchmark, run_dir)` runs one zero-CPU task pinned to every alive node: each must see the benchmark
 folder (present and not empty) and be able to create, write, read back and delete a file in the run folder.
@@ -22,16 +32,19 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import ray
+from ray import exceptions as rex
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from bapsql.errors import StorageError
+from bapsql.errors import PlacementError, RolloutError, StorageError
 from bapsql.rollout.backend import ActorSpec
+from bapsql.rollout.placement import ConfigKeys, NodeOffer, placement_message
 
 PLACEMENTS = ("default", "spread", "driver")
 
@@ -40,17 +53,105 @@ def driver_node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def actor_options(spec: ActorSpec, *, max_restarts: int) -> dict[str, Any]:
-    """``ray.remote(cls).options(**...)`` for ``spec`` (module docstring)."""
+def spec_asks(spec: ActorSpec) -> dict[str, float]:
+    """The resources ``spec`` reserves (CPU, GPU, custom)."""
+    return {"CPU": float(spec.num_cpus), "GPU": float(spec.num_gpus),
+            **{k: float(v) for k, v in spec.resources.items()}}
+
+
+def actor_options(spec: ActorSpec, *, max_restarts: int, avoid_node: str | None = None) -> dict[str, Any]:
+    """``ray.remote(cls).options(**...)`` for ``spec`` (module docstring); ``avoid_node``: a node a ``spread`` actor
+    must not be placed on (the head, `bapsql.rollout.placement.avoid_head`)."""
     opts: dict[str, Any] = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=max_restarts,
                                 max_task_retries=0, max_concurrency=1)
     if spec.resources:
         opts["resources"] = dict(spec.resources)
     if spec.placement == "spread":
         opts["scheduling_strategy"] = "SPREAD"
+        if avoid_node:
+            opts["label_selector"] = {"ray.io/node-id": f"!{avoid_node}"}
     elif spec.placement == "driver":
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=driver_node_id(), soft=False)
     return opts
+
+
+def where_text(spec: ActorSpec, avoid_node: str | None = None) -> str:
+    """Where ``spec`` had to go, as a placement error says it."""
+    if spec.placement == "driver":
+        return f"pinned to the driver's node {driver_node_id()[:8]}"
+    if spec.placement == "spread":
+        return ("spread across nodes" + (f" and kept off the head {avoid_node[:8]} (a head that offers the custom "
+                                         "resources env workers ask for may host them)" if avoid_node else ""))
+    return "on any node"
+
+
+def node_offers() -> list[NodeOffer]:
+    """What each alive node offers: its resources in total and free now (the GCS's view)."""
+    try:
+        free = ray._private.state.available_resources_per_node()
+    except Exception:  # an older GCS API: totals only
+        free = {}
+    return [NodeOffer(n["NodeID"], n.get("NodeManagerHostname") or n.get("NodeManagerAddress", "?"),
+                      "node:__internal_head__" in n.get("Resources", {}), dict(n.get("Resources", {})),
+                      dict(free.get(n["NodeID"], {}))) for n in alive_nodes()]
+
+
+def is_placed(handle: Any) -> bool:
+    """Whether the actor has a node and a worker there: ALIVE, or pending with a worker leased (module docstring)."""
+    info = _actor_info(handle)
+    if info.get("State") in ("ALIVE", "DEAD"):  # DEAD: its ready call says why
+        return True
+    return bool(info.get("Pid")) or bool(info.get("Address", {}).get("Port"))
+
+
+def await_actors(handles: Mapping[Any, Any], *, asks: Mapping[Any, Mapping[str, float]], where: Mapping[Any, str],
+                 keys: ConfigKeys, placement_timeout_s: float, timeout_s: float | None = None, ready: bool = True,
+                 started: float | None = None, progress: Any = None) -> None:
+    """Wait until every actor of ``handles`` (key → actor handle) is placed and, with ``ready``, has run its
+    constructor (module docstring). ``asks`` / ``where``: per key, what it reserves and where it had to go (for the
+    error); ``started``: the ``time.monotonic()`` the bounds count from (default now); ``timeout_s``: the bound on
+    the constructors (`RolloutError`). A constructor that raised, or an actor Ray calls unschedulable, fails here."""
+    t0 = time.monotonic() if started is None else started
+    refs = {h.__ray_ready__.remote(): key for key, h in handles.items()}
+    waiting, placed = set(refs), set()
+    while True:
+        done: list = []
+        if waiting:
+            done, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0.5)
+        for ref in done:
+            waiting.discard(ref)
+            placed.add(refs[ref])
+            _raise_if_failed(ref, refs[ref], asks, where, keys, time.monotonic() - t0)
+        unplaced = [k for k in handles if k not in placed and not is_placed(handles[k])]
+        placed.update(k for k in handles if k not in unplaced)
+        if progress is not None:
+            names = ", ".join(_name(k) for k in unplaced[:3]) + (" ..." if len(unplaced) > 3 else "")
+            progress.update(len(placed), description=f"placing actors (waiting for {names})" if unplaced
+                            else "placing actors (all placed; starting)")
+        if not (waiting if ready else unplaced):
+            return
+        elapsed = time.monotonic() - t0
+        if unplaced and elapsed >= placement_timeout_s:
+            first = unplaced[0]
+            raise PlacementError(placement_message(_name(first), asks[first], where[first], node_offers(), keys,
+                                                   elapsed, others=[_name(k) for k in unplaced[1:]]))
+        if timeout_s is not None and elapsed >= timeout_s:
+            raise RolloutError(f"actors {[_name(refs[r]) for r in waiting]} did not finish starting within "
+                               f"{timeout_s:.0f} s (their constructors: model loading, engine start-up)")
+
+
+def _name(key: Any) -> str:
+    return "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
+
+
+def _raise_if_failed(ref: Any, key: Any, asks: Mapping, where: Mapping, keys: ConfigKeys, elapsed: float) -> None:
+    try:
+        ray.get(ref)
+    except rex.ActorUnschedulableError as exc:  # e.g. pinned to a node that left, or asking what no node has
+        raise PlacementError(placement_message(_name(key), asks[key], where[key], node_offers(), keys, elapsed)
+                             + f" (Ray: {exc})") from exc
+    except rex.RayActorError as exc:  # its constructor raised: the actor never came up
+        raise RolloutError(f"actor {_name(key)} failed to start: {exc}") from exc
 
 
 def _actor_info(handle: Any) -> dict:
