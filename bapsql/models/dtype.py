@@ -1,22 +1,31 @@
-"""The dtype a model is loaded in: `resolve_dtype(name, model_dir)`.
+"""The dtype a model is loaded in: `resolve_dtype(name, model_dir, device)`.
 
-``auto`` (the default of the engine, learner and training-model configs) means the checkpoint's own dtype: the
-``torch_dtype`` key of its ``config.json`` (``dtype`` since transformers 4.56), else that key of its
-``text_config`` (multimodal checkpoints), else ``float32``. So a bf16 checkpoint runs in bf16 on a GPU without
-being named, and the tiny model and the SmolLM2 folder (saved float32) keep running in float32. Every consumer
-(the HF and vLLM engines, the learner) resolves ``auto`` here, so the engine that samples and the learner that
-scores load the same checkpoint in the same dtype. A checkpoint dtype outside `DTYPE_NAMES` (an fp8 quantized
-checkpoint, say) raises `ConfigError`: name the dtype to run it in.
+``auto`` (the default of the engine, learner and training-model configs) depends on where the model runs:
+
+- on a CUDA device: 16-bit. The checkpoint's own 16-bit dtype when its ``config.json`` names one (``torch_dtype``,
+  ``dtype`` since transformers 4.56, or that key of its ``text_config`` for multimodal checkpoints), else
+  ``bfloat16`` — ``float16`` on a GPU without bf16 support (and for a bf16 checkpoint there). So a YAML that omits
+  the dtype never runs a 4B model in float32 on a GPU, also when its folder was saved in float32 (a GGUF import, a
+  random-weight model);
+- on the CPU: ``float32`` (bf16 matrix products are slower than float32 on CPUs without AVX-512 BF16 / AMX, and
+  the tiny model and the SmolLM2 folder are float32 anyway).
+
+Every consumer (the HF and vLLM engines, the learner) resolves ``auto`` here for the device it runs on, so an engine
+and a learner on the same device load the same checkpoint in the same dtype. A named dtype is used as named. A
+checkpoint dtype outside `DTYPE_NAMES` (an fp8 quantized checkpoint, say) raises `ConfigError`: name the dtype to
+run it in.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from bapsql.errors import ConfigError
 
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+HALF_NAMES: tuple[str, ...] = ("bfloat16", "float16")
 _ALIASES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
             "float16": "float16", "fp16": "float16", "half": "float16"}
 _KEYS = ("torch_dtype", "dtype")
@@ -46,11 +55,38 @@ def checkpoint_dtype(model_dir: str | Path) -> str | None:
     return None
 
 
-def resolve_dtype(name: str, model_dir: str | Path) -> str:
-    """The dtype (one of `DTYPE_NAMES`) to load ``model_dir`` in: ``name`` itself, or for ``auto`` the checkpoint's
-    dtype (float32 when its config names none). `ConfigError` for any other name."""
+def device_kind(device: Any) -> str:
+    """``"cuda"`` or ``"cpu"`` for a device given as ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or a ``torch.device``
+    (``auto``: cuda when torch sees a GPU)."""
+    name = str(getattr(device, "type", device) or "auto").split(":", 1)[0].lower()
+    if name == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ConfigError(f"device: {device!r} is not auto, cpu or cuda[:N]")
+    return name
+
+
+def bf16_supported() -> bool:
+    """Whether the visible CUDA device computes in bfloat16 (False without one)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def resolve_dtype(name: str, model_dir: str | Path, device: Any) -> str:
+    """The dtype (one of `DTYPE_NAMES`) to load ``model_dir`` in on ``device``: ``name`` itself, or for ``auto``
+    16-bit on CUDA (the checkpoint's 16-bit dtype, else bfloat16; float16 without bf16 support) and float32 on the
+    CPU (module docstring). `ConfigError` for any other name."""
     if name in DTYPE_NAMES:
         return name
     if name != "auto":
         raise ConfigError(f"dtype: {name!r} is not one of {['auto', *DTYPE_NAMES]}")
-    return checkpoint_dtype(model_dir) or "float32"
+    if device_kind(device) == "cpu":
+        return "float32"
+    own = checkpoint_dtype(model_dir)
+    bf16 = bf16_supported()
+    if own == "float16" or (own == "bfloat16" and bf16):
+        return own
+    return "bfloat16" if bf16 else "float16"

@@ -29,9 +29,11 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     reward: {variant: full | no_efficiency | correctness, evidence_weight: 0.4, otc_c: 1.0}
     filter: {group_size: 8, min_success: 2, max_success: 6, groups_per_update: 16, max_rounds, ...}
     budgets: {levels: [XS, S, M, L], weights: null}
-    rollout: {engine: {...}, env_workers, engine_replicas, in_flight, ray_address, num_cpus, use_ray, ...,
+    rollout: {engine: {...}, env_workers, env_resources, engine_replicas, engine_gpus (= engine.tensor_parallel_size
+              for vllm), in_flight, placement_timeout_s: 60, ray_address, num_cpus, use_ray, ...,
               log_text: {mode: sample, share: 0.1}}   # turn text of training rollouts' logs (bapsql.logs.text)
-    sync: {tolerance, max_tolerance, delta_tolerance, probe_completion_tokens}
+    sync: {tolerance: null (measured at the first sync), tolerance_factor, tolerance_floor, tolerance_ceiling,
+           max_tolerance, delta_tolerance, probe_completion_tokens}
     checkpoint: {every: 10, keep: 3}
     monitor: {kind: wandb | none | memory, project}
     eval: {enabled, budgets, seeds, limit, conditions: [] (default: the training condition),
@@ -42,8 +44,10 @@ which the training stage fills in (the SFT-merged model; the adapter is loaded b
 
 The learner's own settings (`LearnerConfig` with its `OptimConfig` and `LoraSpec`, `Dtype`, `LORA_TARGETS`), which
 `TrainConfig.learner_config` derives, live in `bapsql.train.learner_config`; the ``extends:`` merging
-(`resolve_extends`) in `bapsql.train.extends`. Both are re-exported here, so those names keep this import path. The
-generic strict loader (`from_mapping`, `read_yaml`) is `bapsql.config`.
+(`resolve_extends`) in `bapsql.train.extends`; the ``sync:`` section (`SyncSection`) in `bapsql.train.weight_sync`; the ``pretrain:`` section
+(`PretrainSection`) in `bapsql.train.pretrain_config`.
+All are re-exported here, so those names keep this import path. The generic strict loader (`from_mapping`,
+`read_yaml`) is `bapsql.config`.
 """
 
 from __future__ import annotations
@@ -66,13 +70,15 @@ from bapsql.train.learner_config import (  # noqa: F401 (LORA_TARGETS: re-export
     LoraSpec,
     OptimConfig,
 )
+from bapsql.train.pretrain_config import PretrainSection  # noqa: F401 (re-exported)
 from bapsql.train.reward import RewardConfig
+from bapsql.train.weight_sync import SyncSection  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
 class ModelSection:
     base: str  # a transformers folder, "builtin:tiny" or a registry name (bapsql.models.resolve.resolve_model)
-    dtype: Dtype = "auto"  # the checkpoint's own dtype (bapsql.models.dtype), float32 when it names none
+    dtype: Dtype = "auto"  # 16-bit on a GPU, float32 on the CPU (bapsql.models.dtype)
     device: str = "auto"
     threads: int | None = None
     gradient_checkpointing: bool = False
@@ -91,46 +97,6 @@ class DataSection:
     split: str = "train"
     eval_split: str = "dev"
     limit: int | None = None  # first N training tasks (smoke runs)
-
-
-@dataclass(frozen=True)
-class PretrainSection:
-    """In-domain pretraining of a freshly built tiny model (`bapsql.train.pretrain`); when enabled it replaces
-    ``model.base``. The corpus: whole episodes of ``workflows`` at ``budgets`` over ``augment_rounds`` rounds of
-    augmented tasks on the training databases (`bapsql.data.augment`), at most ``corpus_episodes``, split evenly over
-    ``conditions`` (empty: the training condition). Several conditions make a backbone that can act under each
-    interface, as an instruction-tuned LLM can: the prompting rows of Table 2 then measure the interface, not a
-    format the model never saw."""
-
-    enabled: bool = False
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
-    max_positions: int = 16_384
-    augment_rounds: int = 2
-    corpus_episodes: int = 3000
-    workflows: tuple[str, ...] = ("workflow.direct_aggregation",)
-    budgets: tuple[str, ...] = ("XS", "S")
-    conditions: tuple[str, ...] = ()  # conditions the corpus episodes are played under (empty: `condition`)
-    steps: int = 1000
-    batch: int = 8
-    lr: float = 3e-3
-    log_every: int = 100
-    threads: int = 1  # torch threads for this stage (it runs alone: no engine or env worker competes)
-    copy_batch: int = 0  # sequences of the synthetic copy task per step (bapsql.train.copy_task); 0: none
-    copy_length: int = 24  # tokens of each copied run (a sequence is the run twice)
-    copy_words: int = 90  # word-like tokens in the copy task's alphabet, beside the ten digits
-
-    def __post_init__(self) -> None:
-        if min(self.steps, self.batch, self.augment_rounds, self.corpus_episodes, self.log_every, self.threads) < 1 \
-                or self.lr <= 0:
-            raise ConfigError("pretrain: steps, batch, augment_rounds, corpus_episodes, log_every and threads must "
-                              "be >= 1, lr > 0")
-        if self.copy_batch < 0 or self.copy_length < 2 or self.copy_words < 0:
-            raise ConfigError(f"pretrain: copy_batch must be >= 0 (0 turns the copy task off), copy_length >= 2 and "
-                              f"copy_words >= 0; got {self.copy_batch}, {self.copy_length}, {self.copy_words}")
 
 
 @dataclass(frozen=True)
@@ -246,10 +212,14 @@ class RolloutSection:
     engine: dict[str, Any] = field(default_factory=lambda: {"kind": "vllm"})
     env_workers: int = 2
     env_worker_cpus: float = 1.0
+    # custom Ray resources each env worker reserves (e.g. {env_node: 1}: only nodes offering it host one; on a
+    # multi-node cluster env workers stay off the head unless it offers them, cluster/README.md)
+    env_resources: dict[str, float] = field(default_factory=dict)
     engine_replicas: int = 1
-    engine_gpus: float = 0.0
+    engine_gpus: float = 0.0  # GPUs each engine actor reserves: engine.tensor_parallel_size of them for vLLM
     engine_threads: int = 1
     in_flight: int = 64
+    placement_timeout_s: float = 60.0  # an actor (env worker, engine, writer, learner) unplaced longer fails the job
     ray_address: str | None = None  # None: a private local Ray started by the job; "auto": join the cluster
     num_cpus: int | None = None  # CPUs of a private local Ray
     use_ray: bool = True  # False: the same actors in-process (tests, debugging)
@@ -265,21 +235,17 @@ class RolloutSection:
             raise ConfigError("rollout: env_workers, engine_replicas and in_flight must be >= 1")
         if "model" in self.engine:
             raise ConfigError("rollout.engine.model: leave it out; the training stage serves its own model")
+        if self.placement_timeout_s <= 0:
+            raise ConfigError(f"rollout.placement_timeout_s: must be > 0, got {self.placement_timeout_s}")
+        for res, amount in self.env_resources.items():
+            if amount <= 0 or res in ("CPU", "GPU"):
+                raise ConfigError(f"rollout.env_resources.{res}: a custom resource with a positive amount (CPUs are "
+                                  f"rollout.env_worker_cpus), got {amount}")
+        if self.engine.get("kind", "vllm") == "vllm":
+            from bapsql.rollout.placement import check_engine_gpus
 
-
-@dataclass(frozen=True)
-class SyncSection:
-    tolerance: float = 0.02  # mean |engine − learner| logprob over the probe completion
-    max_tolerance: float = 0.5  # and no single token further apart than this
-    # the engine's probe change since the last sync, regressed on the learner's, must have slope 1 ± this
-    delta_tolerance: float = 0.5
-    probe_completion_tokens: int = 24
-
-    def __post_init__(self) -> None:
-        if self.tolerance <= 0 or self.max_tolerance < self.tolerance:
-            raise ConfigError("sync: need 0 < tolerance <= max_tolerance")
-        if not 0 < self.delta_tolerance < 1:
-            raise ConfigError(f"sync.delta_tolerance: must be in (0, 1), got {self.delta_tolerance}")
+            check_engine_gpus(self.engine_gpus, int(self.engine.get("tensor_parallel_size", 1)),
+                              ("rollout.engine_gpus", "rollout.engine.tensor_parallel_size"))
 
 
 @dataclass(frozen=True)

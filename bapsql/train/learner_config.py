@@ -1,7 +1,7 @@
 """The learner's settings: what `bapsql.train.learner.Learner` needs (`LearnerConfig`), with its optimizer
 (`OptimConfig`) and LoRA (`LoraSpec`, also the ``lora:`` section of a training config), the `Dtype` names and
-`LORA_TARGETS`. ``dtype: auto`` (the default) loads the checkpoint in the dtype its config.json names, float32 when
-it names none (`bapsql.models.dtype.resolve_dtype`).
+`LORA_TARGETS`. ``dtype: auto`` (the default) loads the checkpoint in 16-bit on a GPU (its own 16-bit dtype, else
+bfloat16) and in float32 on the CPU (`bapsql.models.dtype.resolve_dtype`), as the engines do.
 
 `bapsql.train.config.TrainConfig.learner_config` builds a `LearnerConfig` for a stage of a training recipe;
 `bapsql.train.config` re-exports every name here.
@@ -15,15 +15,15 @@ from typing import Literal
 from bapsql.errors import ConfigError
 
 LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Qwen2
-Dtype = Literal["auto", "float32", "bfloat16", "float16"]  # auto: the checkpoint's (bapsql.models.dtype)
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]  # auto: bf16 on GPU, fp32 on CPU (models.dtype)
 
 
 @dataclass(frozen=True)
 class LoraSpec:
     """LoRA on the model's projections (paper: rank 32). ``target_modules: null`` (the default) adapts the
     decoder's attention and MLP projections the architecture names (q/k/v/o, gate/up/down and the fused
-    qkv_proj / gate_up_proj; `bapsql.train.model_parts.discover_lora_targets`); vision towers, linear-attention
-    blocks and any other linear are adapted only when listed. A list overrides the default."""
+    qkv_proj / gate_up_proj / GPT-2's c_attn; `bapsql.train.model_parts.discover_lora_targets`); vision towers,
+    linear-attention blocks and any other linear are adapted only when listed. A list overrides the default."""
 
     rank: int = 32
     alpha: int = 64

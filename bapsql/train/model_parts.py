@@ -14,26 +14,26 @@ from typing import Any
 
 from bapsql.errors import ConfigError
 
-# the attention and MLP projections LoRA adapts by default: Llama / Qwen / Mistral names and the fused forms of
-# Phi-3-class checkpoints (GPT-2's c_attn / c_proj are Conv1D, and c_proj names both attention and MLP outputs:
-# list them under lora.target_modules)
+# the attention and MLP projections LoRA adapts by default: Llama / Qwen / Mistral names, the fused forms of
+# Phi-3-class checkpoints (qkv_proj, gate_up_proj) and of the GPT-2 family (c_attn = fused q/k/v, c_proj = the
+# attention and the MLP output, c_fc = the MLP input; Conv1D layers in GPT-2, Linear in GPTBigCode / StarCoder)
 PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj",
-                                "down_proj", "gate_up_proj")
+                                "down_proj", "gate_up_proj", "c_attn", "c_proj", "c_fc")
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf")
 
 
 def discover_lora_targets(model: Any) -> tuple[str, ...]:
     """The default LoRA ``target_modules`` of ``model``: its decoder's attention and MLP projections, the
-    ``torch.nn.Linear`` layers named in `PROJECTIONS` (``q_proj`` ... ``down_proj`` and the fused ``qkv_proj`` /
-    ``gate_up_proj``) inside ``model.get_decoder()`` (the whole model when it has none). Other linears — a vision
+    ``torch.nn.Linear`` (or GPT-2 ``Conv1D``) layers named in `PROJECTIONS` (``q_proj`` ... ``down_proj``, the fused
+    ``qkv_proj`` / ``gate_up_proj`` / ``c_attn``) inside ``model.get_decoder()`` (the whole model when it has none).
+    Other linears — a vision
     tower's, a multimodal projector's, linear-attention blocks' (``in_proj_qkvz``, ``out_proj``), routers, the output
     head — are adapted only when ``lora.target_modules`` lists them. Leaf names where every module of that name is
     such a projection; full module paths where a leaf name is shared with a module left out (a vision tower's
     ``up_proj``, a router named like a projection), so peft never wraps a module outside the default.
     `ConfigError` when the model has none of these projections."""
-    import torch
-
     scope = _decoder_prefix(model)
+    layers = _projection_layer_types()
     taken: dict[str, list[str]] = {}
     other: set[str] = set()
     for name, m in model.named_modules():
@@ -41,7 +41,7 @@ def discover_lora_targets(model: Any) -> tuple[str, ...]:
             continue
         leaf = name.rsplit(".", 1)[-1]
         inside = scope is None or name == scope or name.startswith(scope + ".")
-        if leaf in PROJECTIONS and inside and isinstance(m, torch.nn.Linear):
+        if leaf in PROJECTIONS and inside and isinstance(m, layers):
             taken.setdefault(leaf, []).append(name)
         else:
             other.add(leaf)
@@ -54,6 +54,18 @@ def discover_lora_targets(model: Any) -> tuple[str, ...]:
                           f"{', '.join(PROJECTIONS)}; list the modules to adapt under lora.target_modules (leaf names "
                           "of its torch.nn.Linear layers, e.g. [query_key_value, dense])")
     return tuple(out)
+
+
+def _projection_layer_types() -> tuple[type, ...]:
+    """The layer classes a projection can be: ``torch.nn.Linear``, and transformers' ``Conv1D`` (GPT-2) when
+    transformers is importable (peft adapts both)."""
+    import torch
+
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return (torch.nn.Linear,)
+    return (torch.nn.Linear, Conv1D)
 
 
 def _decoder_prefix(model: Any) -> str | None:

@@ -27,7 +27,7 @@ def _both(run: Path, *, batch_rows: int, reference: str | None, replicates: int 
 
 @given(rng_seed=hst.integers(0, 2**32 - 1), layout=hst.sampled_from(["hive", "dataset", "flat"]),
        batch_rows=hst.sampled_from([1, 3, 17, 1 << 17]), with_reference=hst.booleans())
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_aggregates_give_the_numbers_of_the_per_episode_reference(rng_seed, layout, batch_rows, with_reference):
     """Random logs (nulls, absent columns, conditions and clashes, repeated task ids, several samples per key,
     turns with cap-stopped and rejected runs), any file layout, any batch size: every number and note of the

@@ -83,3 +83,46 @@ def test_a_model_without_named_projections_asks_for_target_modules():
                                                                      "dense": nn.Linear(8, 8)})])})
     with pytest.raises(ConfigError, match="lora.target_modules.*list the modules"):
         discover_lora_targets(falcon_like)
+
+
+def _with_vision_linears(model):
+    """``model`` with a vision Linear beside its decoder and one inside a decoder layer, as multimodal checkpoints
+    carry (a patch projector, a vision-to-text projection): neither is an attention or MLP projection."""
+    model.vision = nn.Linear(16, 16)
+    model.get_decoder().layers[0].vision_proj = nn.Linear(16, 16)
+    return model
+
+
+def test_a_real_decoder_with_extra_vision_linears_adapts_only_its_projections(tmp_path):
+    """The default LoRA of a real (tiny, random) Llama-layout model with an extra vision Linear: peft wraps exactly the
+    seven projections of every layer, never the vision Linears, the head or the embeddings."""
+    peft = pytest.importorskip("peft")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from bapsql.train.model_parts import discover_lora_targets
+
+    model = _with_vision_linears(LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64)))
+    targets = discover_lora_targets(model)
+    assert targets == ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+    adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=list(targets)))
+    wrapped = sorted(n.removeprefix("base_model.model.") for n, m in adapted.named_modules() if hasattr(m, "lora_A"))
+    assert len(wrapped) == 2 * 7 and not any("vision" in n or "lm_head" in n for n in wrapped), wrapped
+
+
+def test_the_gpt2_familys_fused_conv1d_projections_are_the_default():
+    """GPT-2 names its fused q/k/v projection c_attn, its outputs c_proj and its MLP input c_fc (Conv1D layers): all
+    are adapted by default, the head is not."""
+    peft = pytest.importorskip("peft")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from bapsql.train.model_parts import discover_lora_targets
+
+    model = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=64, n_positions=32,
+                                       bos_token_id=0, eos_token_id=0))
+    model.vision = nn.Linear(16, 16)
+    assert discover_lora_targets(model) == ("c_attn", "c_fc", "c_proj")
+    adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["c_attn", "c_fc", "c_proj"]))
+    wrapped = [n for n, m in adapted.named_modules() if hasattr(m, "lora_A")]
+    assert len(wrapped) == 2 * 4 and all(".h." in n for n in wrapped), wrapped

@@ -13,7 +13,7 @@ import pytest
 
 from bapsql.train.grpo import LossConfig, group_advantages
 from bapsql.train.learner import Sample
-from bapsql.train.weight_sync import WeightSync, make_probe
+from bapsql.train.weight_sync import SyncSection, WeightSync, make_probe
 
 torch = pytest.importorskip("torch")
 
@@ -37,7 +37,8 @@ def test_grpo_raises_the_rewarded_actions_probability(make_learner, pretrained_t
     engine = HFEngine(EngineConfig(kind="hf", model=str(pretrained_tiny_dir), dtype="float32", device="cpu",
                                    num_threads=1, max_model_len=1024))
     learner = make_learner(lr=1e-3, model_path=pretrained_tiny_dir)
-    sync = WeightSync(engine, learner, make_probe(template), tmp_path / "adapters", tolerance=1e-3)
+    sync = WeightSync(engine, learner, make_probe(template), tmp_path / "adapters",
+                      settings=SyncSection(tolerance=1e-3))
     sync.sync(0)
     groups, size = 4, 8
     history = [action_probability(learner, prompt, action)]

@@ -199,8 +199,8 @@ class EngineConfig:
     """How to build an engine (strict; load with `load_engine_config`).
 
     ``model`` is a model folder (vllm, hf) or the served model's name (openai). ``dtype`` ``auto`` (the default)
-    loads the checkpoint in the dtype its config.json names, float32 when it names none
-    (`bapsql.models.dtype.resolve_dtype`). ``chat_template_kwargs`` are the chat-template options prompts for this
+    is 16-bit on a GPU (the checkpoint's 16-bit dtype, else bfloat16) and float32 on the CPU
+    (`bapsql.models.dtype.resolve_dtype`), as the learner resolves it. ``chat_template_kwargs`` are the chat-template options prompts for this
     engine are rendered with (e.g. ``{enable_thinking: false}`` for Qwen3-class templates): ``bapsql serve``'s agent
     renders with them, a sweep merges ``sampling.template_kwargs`` into them, and ``openai_chat`` sends them to the
     server so its template renders the same way. ``kv_cache_space_gb`` sets
@@ -223,7 +223,7 @@ class EngineConfig:
 
     kind: EngineKind
     model: str
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's (models.dtype)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU (models.dtype)
     max_model_len: int = 4096
     enable_lora: bool = False
     max_lora_rank: int = 32
