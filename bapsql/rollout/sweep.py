@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bapsql.experiment import ExperimentConfig, placebo_source_method, with_template_kwargs
+from bapsql.files import atomic_write_text
 from bapsql.models.resolve import resolve_model
 from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
@@ -268,9 +269,7 @@ def write_placebo_pools(run_dir: Path, placebo: dict[str, str], *, seed: int = 0
                 recorded += payloads_from_turns(r.budget, r.task_id, sample_seed(r.seed, r.task_id, r.budget, r.sample),
                                                 by_episode[r.episode_id].itertuples())
         pool = PlaceboPool(recorded, seed=seed)
-        tmp = out_dir / f".{method}.json.tmp"
-        tmp.write_text(json.dumps(pool_to_json(pool)))
-        os.replace(tmp, out_dir / f"{method}.json")
+        atomic_write_text(out_dir / f"{method}.json", json.dumps(pool_to_json(pool)))
         counts[method] = len(recorded)
     return counts
 
@@ -329,9 +328,7 @@ def _write_record(path: Path, cfg: ExperimentConfig, s: SweepSummary) -> None:
               "setup_s": s.setup_s, "backend": s.backend, "env_workers": s.env_workers, "engines": s.engines,
               "cells": [dataclasses.asdict(c) | {"success_rate": c.success_rate} for c in r.cells],
               "placebo": s.placebo}
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def summary_table(s: SweepSummary) -> Any:

@@ -8,10 +8,10 @@ is refused: the folder's episodes would otherwise mix estimators silently.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from bapsql.errors import ConfigError
+from bapsql.files import atomic_write_text
 
 RECORD = "sweep.json"
 
@@ -36,8 +36,5 @@ def update_sweep_record(run_dir: str | Path, fields: dict) -> dict:
     record.update({k: v for k, v in fields.items() if k not in ("methods", "placebo")}, methods=methods)
     if placebo:
         record["placebo"] = placebo
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return record

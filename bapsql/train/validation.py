@@ -25,7 +25,6 @@ the evaluation split; update 0 (before any update: the SFT policy itself) is val
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bapsql.errors import ConfigError
+from bapsql.files import atomic_write_text
 from bapsql.train.sampler import Prompt
 
 VALIDATION_FILE = "validation.jsonl"
@@ -154,10 +154,7 @@ class Validator:
         return gone
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text("".join(json.dumps(asdict(r)) + "\n" for r in self.records))
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, "".join(json.dumps(asdict(r)) + "\n" for r in self.records))
 
 
 def keep_best(validator: Validator, learner: Any) -> ValidationRecord:
