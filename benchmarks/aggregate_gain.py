@@ -17,7 +17,7 @@ import argparse
 def main(argv: list[str] | None = None) -> None:
     from bapsql.analysis.aggregates import gain_by_aggregate, gain_table, task_kinds
     from bapsql.analysis.load import load_runs
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="run folders holding episodes/**/*.parquet")

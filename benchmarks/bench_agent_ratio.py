@@ -74,6 +74,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from bapsql.budgets import load_ladder
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.env.conditions import condition
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
@@ -82,7 +83,6 @@ def main() -> None:
     from bapsql.rollout.agent import AgentConfig, ModelAgent, load_template, run_agents
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.tokens import load_token_counter
 
     model = resolve_model(a.model)

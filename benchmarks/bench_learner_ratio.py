@@ -15,7 +15,7 @@ backward + AdamW step of the same model, adapter, batch and lengths (goal: ratio
   covers). GRPO samples carry the learner's own logprobs as engine logprobs (computed once, untimed) and
   advantages ±1; the GRPO learner samples at temperature 1 and ``--top-p`` (1.0: no nucleus; 0.95: the paper's,
   which adds the nucleus sort to every position).
-- Learner: `bapsql.train.learner.Learner` (its default micro-batching, chunked logprobs and gradient clipping), one
+- Learner: `bapsql.train.learner.core.Learner` (its default micro-batching, chunked logprobs and gradient clipping), one
   ``sft_update`` / ``grpo_update`` = one optimizer step over the batch.
 - Bare: a second copy of the same HF model with the same peft LoRA, ``loss = cross_entropy(logits[:, :-1],
   ids[:, 1:])`` over the masked positions (``ignore_index``), ``loss.backward()``, ``AdamW.step()``,
@@ -44,12 +44,13 @@ def episode_text_ids(model_dir: str, n_tokens: int) -> list[int]:
     """At least ``n_tokens`` token ids of real agent transcripts: scripted workflow episodes on the embedded
     benchmark's dev tasks (level M, terse prompt), each rendered with the model's chat template, concatenated."""
     from bapsql.budgets import load_ladder
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
     from bapsql.policies.registry import make_policy
     from bapsql.rollout.agent import load_template
-    from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
+    from bapsql.rollout.runner import play_episode
     from bapsql.tokens import load_token_counter
 
     template = load_template(model_dir)
@@ -133,9 +134,9 @@ def main() -> None:
     import torch
 
     from bapsql.models.resolve import resolve_model
+    from bapsql.train.algo.grpo import LossConfig
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
-    from bapsql.train.grpo import LossConfig
-    from bapsql.train.learner import Learner, Sample
+    from bapsql.train.learner.core import Learner, Sample
 
     torch.set_num_threads(a.threads)
     model = resolve_model(a.model)

@@ -1,4 +1,5 @@
-"""Peak memory of the learner's token logprobs: the chunked LM head (`bapsql.train.logprobs`) vs the full-logits path.
+"""Peak memory of the learner's token logprobs: the chunked LM head (`bapsql.train.algo.logprobs`) vs the full-logits
+path.
 
     python benchmarks/bench_logprobs.py [--vocab 151936] [--hidden 128] [--chunk N] [--tiny-tokens 8000]
 
@@ -45,7 +46,7 @@ def run_head(n: int, vocab: int, hidden: int, chunk: int) -> dict:
     """Forward + backward of ``n`` logprobs through a ``vocab × hidden`` head; ``chunk`` 0 = plain."""
     import torch
 
-    from bapsql.train.logprobs import chunked_token_logprobs, reference_token_logprobs
+    from bapsql.train.algo.logprobs import chunked_token_logprobs, reference_token_logprobs
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -66,7 +67,7 @@ def run_tiny(tokens: int, chunk: int, model_dir: str) -> dict:
     import random
 
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
-    from bapsql.train.learner import Learner, Sample
+    from bapsql.train.learner.core import Learner, Sample
 
     learner = Learner(LearnerConfig(model_path=model_dir, lora=LoraSpec(rank=32, alpha=64), optim=OptimConfig(),
                                     micro_batch_tokens=tokens, dtype="float32", device="cpu", threads=1,
@@ -97,7 +98,7 @@ def main() -> None:
         print(json.dumps(res))
         return
 
-    from bapsql.train.logprobs import auto_chunk
+    from bapsql.train.algo.logprobs import auto_chunk
 
     args.chunk = args.chunk or auto_chunk(args.vocab)
     print("| case | positions | path | peak above start (MiB) | logits [N, V] float32 (MiB) |")

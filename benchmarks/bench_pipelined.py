@@ -31,17 +31,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build(cfg, base, run_dir: Path, backend_kind: str):
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.env.conditions import method_name
     from bapsql.env.records import EnvOptions
     from bapsql.logs.monitor import NullMonitor
     from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
-    from bapsql.train.learner import Learner
-    from bapsql.train.overlap import make_trainer
-    from bapsql.train.engine_setup import engine_config
-    from bapsql.train.rollouts import TrainingRollouts
-    from bapsql.train.weight_sync import make_probe
+    from bapsql.train.learner.core import Learner
+    from bapsql.train.learner.weight_sync import make_probe
+    from bapsql.train.loop.engine_setup import engine_config
+    from bapsql.train.loop.overlap import make_trainer
+    from bapsql.train.loop.rollouts import TrainingRollouts
 
     tasks = load_tasks(resolve_benchmark(cfg.data.benchmark), cfg.data.split, limit=cfg.data.limit)
     learner = Learner(cfg.learner_config(base, "grpo", seed=0, total_steps=cfg.grpo.updates))

@@ -46,13 +46,13 @@ def _rounds(agents, timed) -> int:
 
 def agent_vs_raw(engine_kind: str, n: int, loop: str = "step") -> None:
     from bapsql.budgets import load_ladder
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
     from bapsql.models.resolve import resolve_model
     from bapsql.rollout.agent import AgentConfig, ModelAgent, load_template
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.tokens import load_token_counter
 
     model = resolve_model("builtin:tiny")

@@ -37,12 +37,12 @@ def main() -> None:
 
     from bapsql.models.resolve import resolve_model
     from bapsql.policies.sft_export import export_sft
+    from bapsql.train.algo.filter import FilterConfig
+    from bapsql.train.algo.grpo import LossConfig
     from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, LearnerConfig,
                                      ModelSection, MonitorSection, OptimConfig, RolloutSection, TrainConfig)
-    from bapsql.train.filter import FilterConfig
-    from bapsql.train.grpo import LossConfig
-    from bapsql.train.learner import Learner, Sample
-    from bapsql.train.sft import load_pairs, sft_epochs
+    from bapsql.train.learner.core import Learner, Sample
+    from bapsql.train.recipe.sft import load_pairs, sft_epochs
 
     torch.set_num_threads(1)
     model = Path(resolve_model("builtin:tiny"))
@@ -76,7 +76,7 @@ def main() -> None:
     from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.engines.base import EngineConfig
     from bapsql.rollout.engines.factory import make_engine
-    from bapsql.train.weight_sync import WeightSync, make_probe
+    from bapsql.train.learner.weight_sync import WeightSync, make_probe
 
     extra = {"kv_cache_space_gb": 1} if args.engine == "vllm" else {}
     engine = make_engine(EngineConfig(kind=args.engine, model=str(model), dtype="float32", device="cpu",
@@ -95,13 +95,13 @@ def main() -> None:
     del engine
 
     from bapsql.data.load import load_benchmark
+    from bapsql.data.tasks import resolve_benchmark
+    from bapsql.env.records import EnvOptions
     from bapsql.rollout.agent import AgentConfig
     from bapsql.rollout.backend import LocalBackend
-    from bapsql.rollout.runner import resolve_benchmark
-    from bapsql.train.loop import GRPOTrainer
-    from bapsql.env.records import EnvOptions
-    from bapsql.train.engine_setup import engine_config
-    from bapsql.train.rollouts import TrainingRollouts
+    from bapsql.train.loop.engine_setup import engine_config
+    from bapsql.train.loop.rollouts import TrainingRollouts
+    from bapsql.train.loop.trainer import GRPOTrainer
 
     cfg = TrainConfig(
         name="bench", model=ModelSection(base=str(model), dtype="float32", device="cpu", threads=1),

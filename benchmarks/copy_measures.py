@@ -8,7 +8,7 @@ real `train` tasks the pretraining corpus never saw), one forward pass each, arg
   that a completion repeats inside quotes; exact when every one of its tokens is the argmax;
 - result -> answer: each number of >= 2 digit tokens in the final completion (the answer) that a tool response
   shows; exact likewise;
-plus `bapsql.train.pretrain.heldout_metrics` (completion NLL per token, token accuracy, exact completions).
+plus `bapsql.train.recipe.pretrain.heldout_metrics` (completion NLL per token, token accuracy, exact completions).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def measure(model_dir: str, rows: list[dict]) -> dict:
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
-    from bapsql.train.pretrain import heldout_metrics
+    from bapsql.train.recipe.pretrain import heldout_metrics
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     texts = tok.batch_decode([[i] for i in range(len(tok))])
@@ -84,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from bapsql.train.pretrain import read_rows
+    from bapsql.train.recipe.pretrain import read_rows
 
     torch.set_num_threads(1)
     rows = read_rows(args.heldout)[:args.limit]

@@ -4,10 +4,11 @@
 
 Builds augmented tasks of ``--db`` (`bapsql.data.augment`, excluding every `test` question), exports one
 whole direct-aggregation episode per task (terse prompt, XS or S, successes only), builds a fresh tiny model
-(``--hidden``, 4 layers) and trains all its parameters on those episodes (`bapsql.train.pretrain.train_sequences`,
-batch 8, lr 3e-3 cosine, loss on completion tokens). Every 100 steps it prints the batch loss and, on up to 32
-episodes of the database's *held-out* `test` tasks, the completion NLL per token and the teacher-forced
-exact-completion share; every 200 steps it saves a checkpoint (``OUT/ck<step>``). ``OUT/curve.json`` holds the curve.
+(``--hidden``, 4 layers) and trains all its parameters on those episodes
+(`bapsql.train.recipe.pretrain.train_sequences`, batch 8, lr 3e-3 cosine, loss on completion tokens). Every 100 steps
+it prints the batch loss and, on up to 32 episodes of the database's *held-out* `test` tasks, the completion NLL per
+token and the teacher-forced exact-completion share; every 200 steps it saves a checkpoint (``OUT/ck<step>``).
+``OUT/curve.json`` holds the curve.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ def main() -> None:
     from transformers import Qwen2ForCausalLM
 
     from bapsql.data.augment import augment_tasks
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.sft_export import export_sft
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
     from bapsql.models.tiny import TinySpec, make_tiny_model
-    from bapsql.train.pretrain import read_rows, train_sequences
+    from bapsql.policies.sft_export import export_sft
+    from bapsql.train.recipe.pretrain import read_rows, train_sequences
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", default="football")

@@ -12,8 +12,8 @@ once per variant and prints before / after success of the served policy and the 
 - ``no_sync``: weight sync after the first one saves the adapter but neither pushes it to the engine nor checks
   it (a sync whose check would have raised is silenced, to see what the served policy does).
 
-The test (`tests/train/test_learning_regression.py`) asserts ``after − before ≥ MARGIN``; each line says whether
-the variant would pass it. Monkeypatching here only; nothing of it is in the test suite.
+The test (`tests/train/loop/test_learning_regression.py`) asserts ``after − before ≥ MARGIN``; each line says
+whether the variant would pass it. Monkeypatching here only; nothing of it is in the test suite.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ VARIANTS = ("real", "sign", "mask_inverted", "mask_ones", "no_sync")
 @contextmanager
 def sabotage(kind: str):
     """Patch the training path for one variant; undone on exit."""
-    import bapsql.train.loop as loop
-    from bapsql.train.weight_sync import SyncReport, WeightSync
+    import bapsql.train.loop.trainer as loop
+    from bapsql.train.learner.weight_sync import SyncReport, WeightSync
 
     saved = (loop.build_samples, WeightSync.sync)
 
@@ -74,7 +74,7 @@ def sabotage(kind: str):
 
 def main() -> None:
     from tests.train.learning_slice import SliceSettings, run_slice
-    from tests.train.test_learning_regression import MARGIN
+    from tests.train.loop.test_learning_regression import MARGIN
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default=",".join(VARIANTS))

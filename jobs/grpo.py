@@ -28,8 +28,8 @@ def main(config_path: str, seed: int | None, resume: bool, stages: str, out_dir:
 
     from bapsql.errors import BapsqlError
     from bapsql.train.config import load_train_config
-    from bapsql.train.evaluation import pooled_report
-    from bapsql.train.pipeline import run_recipe, sft_dir
+    from bapsql.train.recipe.evaluation import pooled_report
+    from bapsql.train.recipe.pipeline import run_recipe, sft_dir
 
     console = Console(stderr=True)
     wanted = tuple(s.strip() for s in stages.split(",") if s.strip())

@@ -1,5 +1,5 @@
 """``python -m jobs.headroom --config configs/train/X.yaml [--seed K] [--adapter DIR] [--levels XS,S]``: GRPO's
-headroom on the held-out validation questions (`bapsql.train.headroom`).
+headroom on the held-out validation questions (`bapsql.train.experiments.headroom`).
 
 Plays the validation questions once greedy and ``filter.group_size`` times at ``grpo.temperature`` with the seed's
 SFT model (or the LoRA ``--adapter`` on it, e.g. ``<run>/grpo/adapter``), prints per level greedy success, sampled
@@ -29,7 +29,7 @@ def main(config_path: str, seed: int | None, adapter: str | None, levels: str | 
 
     from bapsql.errors import BapsqlError
     from bapsql.train.config import load_train_config
-    from bapsql.train.headroom import measure_headroom, render_headroom
+    from bapsql.train.experiments.headroom import measure_headroom, render_headroom
 
     console = Console(stderr=True)
     try:

@@ -23,7 +23,7 @@ def main(config_path: str, seed: int | None, out_dir: str | None) -> None:
 
     from bapsql.errors import BapsqlError
     from bapsql.train.config import load_train_config
-    from bapsql.train.pipeline import run_recipe
+    from bapsql.train.recipe.pipeline import run_recipe
 
     console = Console(stderr=True)
     try:

@@ -1,6 +1,7 @@
 """``python -m jobs.table2 [--config configs/experiments/table2_cpu.yaml] [--quick] [--out-dir DIR] [--stages ...]``:
-Table 2 in miniature (`bapsql.train.table2`): pretrain, SFT, BAP-SQL RL and matched SQL-RL per seed, one evaluation
-sweep over the rows, then the analysis and ``table2.md``. Rerun the same command to resume an interrupted run."""
+Table 2 in miniature (`bapsql.train.experiments.table2`): pretrain, SFT, BAP-SQL RL and matched SQL-RL per seed, one
+evaluation sweep over the rows, then the analysis and ``table2.md``. Rerun the same command to resume an interrupted
+run."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def main(config_path: str, quick: bool, out_dir: str | None, stages: str) -> Non
     from rich.console import Console
 
     from bapsql.errors import BapsqlError
-    from bapsql.train.table2 import STAGES, load_table2_config
-    from bapsql.train.table2_run import run_table2
+    from bapsql.train.experiments.table2 import STAGES, load_table2_config
+    from bapsql.train.experiments.table2_run import run_table2
 
     console = Console(stderr=True)
     wanted = tuple(s.strip() for s in stages.split(",") if s.strip())

@@ -75,8 +75,8 @@ class State:
 
 
 def _learner(st: State, lr: float = 1e-6) -> Any:
-    from bapsql.train.learner import Learner
-    from bapsql.train.learner_config import LearnerConfig, LoraSpec, OptimConfig
+    from bapsql.train.learner.config import LearnerConfig, LoraSpec, OptimConfig
+    from bapsql.train.learner.core import Learner
 
     s = st.settings
     return Learner(LearnerConfig(model_path=str(st.model), lora=LoraSpec(rank=s.lora_rank, alpha=2 * s.lora_rank),
@@ -103,7 +103,7 @@ def _vocab(st: State) -> int:
 
 def _grpo_samples(learner: Any, plain: list[Any]) -> list[Any]:
     """On-policy GRPO samples: the learner's own logprobs as the behaviour policy's, advantages ±1."""
-    from bapsql.train.learner import Sample
+    from bapsql.train.learner.core import Sample
 
     old = learner.token_logprobs(plain)
     return [Sample(s.input_ids, s.loss_mask, tuple(float(x) for x in lp), 1.0 if i % 2 else -1.0)
@@ -115,8 +115,8 @@ def learner_step(st: State) -> tuple[str, dict]:
     import torch
 
     from bapsql.budgets import load_ladder
-    from bapsql.train.grpo import LossConfig
-    from bapsql.train.learner import Sample
+    from bapsql.train.algo.grpo import LossConfig
+    from bapsql.train.learner.core import Sample
 
     s = st.settings
     learner = _learner(st)
@@ -159,8 +159,8 @@ def _agreement(st: State, engine: Any, learner: Any, name: str) -> dict:
     """The first weight sync's probe gap (and the bounds it sets), and the gap on sampled completions."""
     from bapsql.models.chat_template import ChatTemplate
     from bapsql.rollout.engines.base import SamplingParams
-    from bapsql.train.learner import Sample
-    from bapsql.train.weight_sync import WeightSync, make_probe
+    from bapsql.train.learner.core import Sample
+    from bapsql.train.learner.weight_sync import WeightSync, make_probe
 
     s = st.settings
     sync = WeightSync(engine, learner, make_probe(ChatTemplate.from_dir(st.model)), st.out / f"adapters_{name}")
@@ -230,9 +230,9 @@ class StaleEngine:
 def stale_step(st: State) -> tuple[str, dict]:
     from bapsql.errors import WeightSyncError
     from bapsql.models.chat_template import ChatTemplate
-    from bapsql.train.grpo import LossConfig
-    from bapsql.train.learner import Sample
-    from bapsql.train.weight_sync import WeightSync, make_probe
+    from bapsql.train.algo.grpo import LossConfig
+    from bapsql.train.learner.core import Sample
+    from bapsql.train.learner.weight_sync import WeightSync, make_probe
 
     learner, engine = st.parts["learner"], StaleEngine(st.parts["engine"])
     probe = make_probe(ChatTemplate.from_dir(st.model))
@@ -270,9 +270,9 @@ def stale_step(st: State) -> tuple[str, dict]:
 
 
 def sft_step(st: State) -> tuple[str, dict]:
+    from bapsql.data.tasks import resolve_benchmark
     from bapsql.policies.sft_export import export_sft
-    from bapsql.rollout.runner import resolve_benchmark
-    from bapsql.train.sft import load_pairs
+    from bapsql.train.recipe.sft import load_pairs
 
     learner = st.parts["learner"]
     data_path = st.out / "sft_pairs.parquet"
@@ -298,12 +298,12 @@ def _token_reward(group: Any) -> Any:
 
 
 def grpo_step(st: State) -> tuple[str, dict]:
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
+    from bapsql.train.algo.filter import FilterConfig
     from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, ModelSection,
                                      MonitorSection, RolloutSection, TrainConfig)
-    from bapsql.train.filter import FilterConfig
-    from bapsql.train.grpo_setup import build_grpo
-    from bapsql.train.learner_config import LoraSpec
+    from bapsql.train.learner.config import LoraSpec
+    from bapsql.train.loop.grpo_setup import build_grpo
 
     s = st.settings
     cfg = TrainConfig(

@@ -1,4 +1,5 @@
-"""The package's shape (issue 36): no import circle among `bapsql` modules, and no module over 400 lines.
+"""The package's shape (issue 36): no import circle among `bapsql` modules, no module over 400 lines, and
+`bapsql.train`'s sub-packages import only the layers below them (`TRAIN_LAYERS`).
 
 Every ``import`` counts, at module level or inside a function (a lazy import hides a circle from the interpreter,
 not from a reader), except those under ``if TYPE_CHECKING:``. An import of a package counts as an import of its
@@ -19,6 +20,13 @@ MAX_LINES = 400
 LONG_MODULES: dict[str, tuple[int, str]] = {
     "bapsql/data/synth_domains.py": (440, "data tables: the synthetic domains' schemas and value pools"),
 }
+
+
+# bapsql/train/'s layers, lowest first: a module imports from its own layer and the ones before it, never a later
+# one. ``config`` is the training config at the package's top (`TRAIN_CONFIG_MODULES`): it assembles sections that
+# algo/ and learner/ define, and loop/ and above read it.
+TRAIN_LAYERS = ("algo", "learner", "config", "loop", "recipe", "experiments")
+TRAIN_CONFIG_MODULES = frozenset({"config", "extends", "pretrain_config"})
 
 
 def module_files(package: Path) -> dict[str, Path]:
@@ -134,6 +142,42 @@ def test_no_import_circles_in_bapsql():
         _path_through(graph, c) for c in circles)
 
 
+def train_layer(module: str, root: str = "bapsql.train") -> str | None:
+    """The layer (`TRAIN_LAYERS`) of ``module`` under ``root``: its sub-package, ``config`` for the top-level config
+    modules, ``"?"`` for any other top-level module (it must be placed); None for ``root`` itself and outside it."""
+    if not module.startswith(root + "."):
+        return None
+    part = module[len(root) + 1:].split(".")[0]
+    if part in TRAIN_LAYERS:
+        return part
+    return "config" if part in TRAIN_CONFIG_MODULES else "?"
+
+
+def layer_violations(graph: dict[str, set[str]], root: str = "bapsql.train") -> list[str]:
+    """Every import under ``root`` that reaches a later layer than its own, or involves a module in no layer."""
+    rank = {layer: i for i, layer in enumerate(TRAIN_LAYERS)}
+    out = []
+    for module in sorted(graph):
+        src = train_layer(module, root)
+        for target in sorted(graph[module]):
+            dst = train_layer(target, root)
+            if src is None or dst is None:
+                continue
+            if "?" in (src, dst):
+                out.append(f"{module} -> {target}: a module of {root} outside {TRAIN_LAYERS}")
+            elif rank[dst] > rank[src]:
+                out.append(f"{module} -> {target}: {src} may not import {dst}")
+    return out
+
+
+def test_train_sub_packages_import_only_the_layers_below_them():
+    graph = import_graph(ROOT / "bapsql")
+    assert {train_layer(m) for m in module_files(ROOT / "bapsql")} - {None} == set(TRAIN_LAYERS)
+    violations = layer_violations(graph)
+    assert not violations, "imports against bapsql/train's layers " + " < ".join(TRAIN_LAYERS) + ":\n" + "\n".join(
+        violations)
+
+
 def test_no_module_over_400_lines():
     too_long = []
     for path in sorted((ROOT / "bapsql").rglob("*.py")):
@@ -191,3 +235,21 @@ def test_relative_and_package_imports_resolve(tmp_path, where, source, expected)
     pkg = _package(tmp_path, {**modules, where: source})
     name = "pkg." + where.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     assert import_graph(pkg)[name] == expected
+
+
+def test_a_planted_upward_import_in_train_is_found(tmp_path):
+    pkg = _package(tmp_path, {
+        "train/__init__.py": "",
+        "train/config.py": "from pkg.train.learner.core import x\n",
+        "train/algo/__init__.py": "",
+        "train/algo/grpo.py": "def f():\n    from pkg.train.loop import trainer\n",  # lazy, still counts
+        "train/learner/__init__.py": "",
+        "train/learner/core.py": "from pkg.train.algo.grpo import f\n",
+        "train/loop/__init__.py": "",
+        "train/loop/trainer.py": "from pkg.train.config import c\nfrom pkg.train import stray\n",
+        "train/stray.py": "",
+    })
+    assert layer_violations(import_graph(pkg), root="pkg.train") == [
+        "pkg.train.algo.grpo -> pkg.train.loop.trainer: algo may not import loop",
+        "pkg.train.loop.trainer -> pkg.train.stray: a module of pkg.train outside " + str(TRAIN_LAYERS),
+    ]

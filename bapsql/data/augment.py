@@ -45,7 +45,7 @@ def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed:
     from bapsql.data.synth_schema import domain_seed
     from bapsql.data.synth_tasks import propose
     from bapsql.data.synth_values import DbView
-    from bapsql.rollout.runner import load_tasks
+    from bapsql.data.tasks import load_tasks
 
     if n_rounds < 1:
         raise ConfigError(f"augment: n_rounds must be >= 1, got {n_rounds}")

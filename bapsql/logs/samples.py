@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from bapsql.logs.text import cap_text
 
 TABLE_NAME = "eval/trajectories"  # the monitor table of an evaluation sweep (`bapsql.rollout.sweep.run_sweep`)
-VALIDATION_TABLE_NAME = "val/trajectories"  # the in-loop validation's (`bapsql.train.validation.Validator`)
+VALIDATION_TABLE_NAME = "val/trajectories"  # the in-loop validation's (`bapsql.train.loop.validation.Validator`)
 PER_CELL = 4
 SUCCESSES = 2
 DISPLAY_CHARS = 1_000  # characters of a completion / observation shown in a table cell

@@ -155,7 +155,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     from bapsql.env.handles import DatabaseHandles
     from bapsql.env.records import EnvOptions
     from bapsql.models.chat_template import ChatTemplate
-    from bapsql.rollout.runner import load_tasks, play_episode, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
+    from bapsql.rollout.runner import play_episode
     from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter
 
     if n < 1:

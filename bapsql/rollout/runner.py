@@ -17,7 +17,8 @@ Contract of `evaluate(benchmark_dir, split, policy_name, budgets, seeds, out_dir
   spent logging). With a ``console`` it shows a rich progress bar and prints the per-budget table at the end.
 
 ``benchmark_dir = "demo"`` means the embedded benchmark at small scale in the cache dir, built there on first use
-(announced on stderr).
+(announced on stderr; `bapsql.data.tasks.resolve_benchmark`); the split's tasks come from
+`bapsql.data.tasks.load_tasks`.
 """
 
 from __future__ import annotations
@@ -32,38 +33,8 @@ from bapsql.policies.base import Policy, PolicyOptions
 from bapsql.policies.oracle import oracle_hint, policy_view
 from bapsql.types import Task
 
-DEMO = "demo"
-DEMO_SCALE = "small"
 FLUSH_EVERY = 20_000  # log rows buffered before a flush: few, large Parquet files (each file costs a write + fsync)
 LOG_BATCH = 256  # finished episodes kept as records before their rows are built and validated, all in one go
-
-
-def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
-                      announce: Callable[[str], None] | None = None) -> Path:
-    """A benchmark folder: ``spec`` itself, or for ``"demo"`` the cached small embedded benchmark (built if
-    missing; ``announce`` is told so)."""
-    if str(spec) != DEMO:
-        return Path(spec)
-    from bapsql.data.cache import default_cache_dir
-
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root = root / f"demo-{DEMO_SCALE}"
-    from bapsql.data.demo import build_demo, demo_is_current
-
-    if not demo_is_current(root):  # missing, or written by an older generator (other databases and splits)
-        if announce:
-            announce(f"building the embedded demo benchmark ({DEMO_SCALE} scale) into {root} ...")
-        build_demo(root, scale=DEMO_SCALE, seed=0)
-    return root
-
-
-def load_tasks(benchmark_dir: str | Path, split: str, *, limit: int | None = None) -> list[Task]:
-    """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order.
-    ``test`` is the in-domain split: held-out tasks of the training databases (`bapsql.data.splits`)."""
-    from bapsql.data.load import load_benchmark
-
-    tasks = sorted(load_benchmark(benchmark_dir, split=split).tasks, key=lambda t: (t.db_id, t.task_id))
-    return tasks[:limit] if limit is not None else tasks
 
 
 def play_episode(env: Any, policy: Policy, task: Task, budget: Budget, seed: int, *,
@@ -203,6 +174,7 @@ def evaluate(benchmark_dir: str | Path, split: str, policy_name: str, budgets: S
     (see the module docstring). ``condition`` overrides the one in the name; ``calibration`` is a calibration JSON
     (None: the packaged default), recorded with its hash in ``out_dir/sweep.json``; ``posthoc_engine`` an engine
     YAML whose model decides the ``adaptive`` post-hoc control (`bapsql.rollout.posthoc_engine`; None: the rule)."""
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.db.calibration import load_calibration
     from bapsql.env.conditions import method_name, split_method
     from bapsql.env.episode import BudgetedSQLEnv

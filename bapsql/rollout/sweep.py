@@ -118,7 +118,7 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     from bapsql.logs.monitor import make_monitor
     from bapsql.logs.writer import existing_episode_ids
     from bapsql.rollout.agent import AgentConfig
-    from bapsql.rollout.runner import load_tasks
+    from bapsql.data.tasks import load_tasks
 
     t0 = time.perf_counter()
     placebo_stats: dict[str, dict] = {}

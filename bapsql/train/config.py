@@ -16,12 +16,12 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
-           sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.overlap),
-           epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.minibatch),
-           prompts: split | augmented (fresh questions, bapsql.train.pipeline.grpo_tasks), prompt_rounds: 4,
+           sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.loop.overlap),
+           epochs: 1, mini_batches: 1 (optimizer steps per update: their product, bapsql.train.learner.minibatch),
+           prompts: split | augmented (fresh questions, bapsql.train.loop.grpo_data.grpo_tasks), prompt_rounds: 4,
            empty_gold: exclude | include (tasks whose gold query returns no rows: [] is correct without evidence),
            schedule: constant | linear | cosine (over updates x epochs x mini_batches optimizer steps),
-           validate_every: 0 (N: greedy validation every N updates, bapsql.train.validation), validation_tasks: 64,
+           validate_every: 0 (N: greedy validation every N updates, bapsql.train.loop.validation), validation_tasks: 64,
            keep: last | best (the validated best update is the stage's policy),
            keep_validated: best | all (validated adapters left when the stage ends)}
     condition: full               # the condition (bapsql.env.conditions) of SFT export, rollouts and evaluation
@@ -43,9 +43,9 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
 which the training stage fills in (the SFT-merged model; the adapter is loaded by weight sync).
 
 The learner's own settings (`LearnerConfig` with its `OptimConfig` and `LoraSpec`, `Dtype`, `LORA_TARGETS`), which
-`TrainConfig.learner_config` derives, live in `bapsql.train.learner_config`; the ``extends:`` merging
-(`resolve_extends`) in `bapsql.train.extends`; the ``sync:`` section (`SyncSection`) in `bapsql.train.weight_sync`; the ``pretrain:`` section
-(`PretrainSection`) in `bapsql.train.pretrain_config`.
+`TrainConfig.learner_config` derives, live in `bapsql.train.learner.config`; the ``extends:`` merging
+(`resolve_extends`) in `bapsql.train.extends`; the ``sync:`` section (`SyncSection`) in
+`bapsql.train.learner.weight_sync`; the ``pretrain:`` section (`PretrainSection`) in `bapsql.train.pretrain_config`.
 All are re-exported here, so those names keep this import path. The generic strict loader (`from_mapping`,
 `read_yaml`) is `bapsql.config`.
 """
@@ -60,19 +60,19 @@ from bapsql.budgets import LEVELS
 from bapsql.config import from_mapping
 from bapsql.errors import ConfigError
 from bapsql.logs.text import TextLogConfig
+from bapsql.train.algo.filter import FilterConfig
+from bapsql.train.algo.grpo import LossConfig
+from bapsql.train.algo.reward import RewardConfig
 from bapsql.train.extends import _deep_merge, _read_raw, resolve_extends  # noqa: F401 (re-exported)
-from bapsql.train.filter import FilterConfig
-from bapsql.train.grpo import LossConfig
-from bapsql.train.learner_config import (  # noqa: F401 (LORA_TARGETS: re-exported)
+from bapsql.train.learner.config import (  # noqa: F401 (LORA_TARGETS: re-exported)
     LORA_TARGETS,
     Dtype,
     LearnerConfig,
     LoraSpec,
     OptimConfig,
 )
+from bapsql.train.learner.weight_sync import SyncSection  # noqa: F401 (re-exported)
 from bapsql.train.pretrain_config import PretrainSection  # noqa: F401 (re-exported)
-from bapsql.train.reward import RewardConfig
-from bapsql.train.weight_sync import SyncSection  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -148,16 +148,16 @@ class GRPOSection:
     sft_init: Literal["merged", "none"] = "merged"
     log_drift: bool = False  # log KL(policy ‖ SFT) on each update's samples (one extra no-grad forward)
     # 0: synchronous updates. k >= 1: rollouts for the next k updates overlap the learner; groups sampled more than
-    # k versions ago are never trained (bapsql.train.overlap)
+    # k versions ago are never trained (bapsql.train.loop.overlap)
     max_staleness: int = 0
-    # optimizer steps per update = epochs x mini_batches over the update's batch (bapsql.train.minibatch); 1 x 1:
-    # one step, the ratio to the rollout policy is 1 in value
+    # optimizer steps per update = epochs x mini_batches over the update's batch (bapsql.train.learner.minibatch);
+    # 1 x 1: one step, the ratio to the rollout policy is 1 in value
     epochs: int = 1
     mini_batches: int = 1
     # where GRPO's prompts come from: "split" = data.split's tasks (the tasks SFT was fit on); "augmented" = fresh
     # questions of the same templates on the same databases (bapsql.data.augment, prompt_rounds rounds, never a
     # data.eval_split question), so the reward pays for copying this episode's values, not for recalling answers
-    # SFT memorised (bapsql.train.pipeline.grpo_tasks)
+    # SFT memorised (bapsql.train.loop.grpo_data.grpo_tasks)
     prompts: Literal["split", "augmented"] = "split"
     prompt_rounds: int = 4
     # tasks whose gold query returns no rows (bapsql.data.benchmark.empty_gold): an answer of [] is correct there
@@ -167,7 +167,7 @@ class GRPOSection:
     # the learning rate over the run's optimizer steps (updates x epochs x mini_batches), after warmup_steps;
     # "cosine" ends near 0, so the last updates' few noisy groups cannot throw the final policy far
     schedule: Literal["constant", "linear", "cosine"] = "constant"
-    # in-loop validation (bapsql.train.validation): every validate_every updates (and before the first) the policy
+    # in-loop validation (bapsql.train.loop.validation): every validate_every updates (and before the first) the policy
     # plays validation_tasks fresh questions on data.split's databases, as the evaluation plays (eval.temperature,
     # eval.max_new_tokens), at budgets.levels; 0 = off. keep: which policy the stage saves as grpo/{adapter,merged}:
     # "last" (after grpo.updates) or "best" (the validated update with the highest success, the earliest on a tie;

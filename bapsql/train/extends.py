@@ -2,9 +2,9 @@
 relative to it) merged underneath, recursively; mappings merge key by key, lists and values replace, and a cycle of
 ``extends:`` is a `ConfigError`.
 
-`bapsql.train.config.load_train_config` reads training YAML through `_read_raw`, and `bapsql.train.table2` resolves
-its ``train:`` mappings with `resolve_extends`. The strict typed loading itself (`from_mapping`, `read_yaml`) is
-`bapsql.config`.
+`bapsql.train.config.load_train_config` reads training YAML through `_read_raw`, and
+`bapsql.train.experiments.table2` resolves its ``train:`` mappings with `resolve_extends`. The strict typed loading
+itself (`from_mapping`, `read_yaml`) is `bapsql.config`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``pretrain:`` section of a training config (`bapsql.train.config`): in-domain pretraining of a freshly built
-tiny model (`bapsql.train.pretrain`)."""
+tiny model (`bapsql.train.recipe.pretrain`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from bapsql.errors import ConfigError
 
 @dataclass(frozen=True)
 class PretrainSection:
-    """In-domain pretraining of a freshly built tiny model (`bapsql.train.pretrain`); when enabled it replaces
+    """In-domain pretraining of a freshly built tiny model (`bapsql.train.recipe.pretrain`); when enabled it replaces
     ``model.base``. The corpus: whole episodes of ``workflows`` at ``budgets`` over ``augment_rounds`` rounds of
     augmented tasks on the training databases (`bapsql.data.augment`), at most ``corpus_episodes``, split evenly over
     ``conditions`` (empty: the training condition). Several conditions make a backbone that can act under each
@@ -34,7 +34,7 @@ class PretrainSection:
     lr: float = 3e-3
     log_every: int = 100
     threads: int = 1  # torch threads for this stage (it runs alone: no engine or env worker competes)
-    copy_batch: int = 0  # sequences of the synthetic copy task per step (bapsql.train.copy_task); 0: none
+    copy_batch: int = 0  # sequences of the synthetic copy task per step (bapsql.train.recipe.copy_task); 0: none
     copy_length: int = 24  # tokens of each copied run (a sequence is the run twice)
     copy_words: int = 90  # word-like tokens in the copy task's alphabet, beside the ten digits
 

@@ -75,7 +75,7 @@ def test_test_fraction_is_about_right_and_seeded():
 
 def test_augmented_tasks_stay_on_the_split_databases_and_never_repeat_excluded_questions(demo_small):
     from bapsql.data.augment import augment_tasks, normalise
-    from bapsql.rollout.runner import load_tasks
+    from bapsql.data.tasks import load_tasks
 
     test = load_tasks(demo_small, "test")
     aug = augment_tasks(demo_small, "train", 1, exclude=test)

@@ -34,9 +34,9 @@ def test_the_gpu_check_passes_every_step(tmp_path):
 
 def test_a_gpu_learners_checkpoint_loads_in_a_cpu_only_process(tmp_path):
     from bapsql.models.tiny import make_tiny_model
-    from bapsql.train.checkpoint import TrainState, save_checkpoint
+    from bapsql.train.learner.checkpoint import TrainState, save_checkpoint
     from bapsql.train.config import LearnerConfig
-    from bapsql.train.learner import Learner, Sample
+    from bapsql.train.learner.core import Learner, Sample
 
     model = make_tiny_model(tmp_path / "model").out_dir
     learner = Learner(LearnerConfig(model_path=str(model), dtype="bfloat16", device="cuda"))

@@ -116,8 +116,8 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     done = json.loads((report / "table2.json").read_text())
     assert {r["key"] for r in done["rows"]} == {"raw", "dashboard", "adaptive_posthoc", "sft", "sql_rl", "bap_rl"}
     # issue 30, item 8: ... the same SFT adapter, by hash, and the same config but for the reward
-    from bapsql.train.pipeline import tree_sha256
-    from bapsql.train.table2 import load_table2_config, rl_pair
+    from bapsql.train.recipe.pipeline import tree_sha256
+    from bapsql.train.experiments.table2 import load_table2_config, rl_pair
 
     starts = [json.loads((run / stage / "start.json").read_text()) for stage in ("rl_full", "rl_sql")]
     assert starts[0]["sft_adapter_sha256"] == starts[1]["sft_adapter_sha256"] == tree_sha256(run / "sft" / "adapter")

@@ -15,7 +15,7 @@ from bapsql.models import dtype as dtype_module
 from bapsql.models.dtype import checkpoint_dtype, device_kind, resolve_dtype
 from bapsql.rollout.engines.base import EngineConfig, load_engine_config
 from bapsql.train.config import load_train_config
-from bapsql.train.learner_config import LearnerConfig
+from bapsql.train.learner.config import LearnerConfig
 
 
 def _folder(tmp_path, name, config):
@@ -110,7 +110,7 @@ def test_the_hf_engine_and_the_learner_resolve_auto_alike_on_the_cpu(checkpoints
     import torch
 
     from bapsql.rollout.engines.hf import HFEngine
-    from bapsql.train.learner import Learner
+    from bapsql.train.learner.core import Learner
 
     assert checkpoint_dtype(checkpoints["float32"]) == "float32"
     for name, folder in checkpoints.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bapsql.budgets import load_ladder
+from bapsql.data.tasks import load_tasks
 from bapsql.env.actions import EstimateQuery, ManageEvidence, render_action
 from bapsql.env.episode import BudgetedSQLEnv
 from bapsql.env.handles import DatabaseHandles
@@ -16,7 +17,6 @@ from bapsql.models.chat_template import ChatTemplate
 from bapsql.models.framing import DEFAULT_FRAMING, PROBES, ChatFraming
 from bapsql.rollout.agent import AgentConfig, ModelAgent, completion_text
 from bapsql.rollout.engines.base import Generation
-from bapsql.rollout.runner import load_tasks
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR, HFTokenCounter, RegexTokenCounter, load_token_counter
 from tests.models.chat_families import END_OF_TURN, FAMILIES, RENDERS_SYSTEM_ALONE, make_family_dir
 from tests.rollout.fakes import gold_plan

@@ -70,7 +70,7 @@ def _close(a, b, tol=TOL) -> bool:
 
 def _learner(model_dir, lr=1e-3, seed=0):
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
-    from bapsql.train.learner import Learner
+    from bapsql.train.learner.core import Learner
 
     return Learner(LearnerConfig(model_path=str(model_dir), lora=LoraSpec(rank=RANK, alpha=2 * RANK),
                                  optim=OptimConfig(lr=lr), dtype="float32", device="cpu", threads=1, seed=seed))
@@ -78,7 +78,7 @@ def _learner(model_dir, lr=1e-3, seed=0):
 
 def _sft_samples(template):
     """Two short chat samples (system + user prompt, a tool-call completion closed by the template's end of turn)."""
-    from bapsql.train.learner import Sample
+    from bapsql.train.learner.core import Sample
 
     end = template.framing().end_of_turn_text
     out = []
@@ -204,7 +204,7 @@ def test_the_merged_folder_keeps_the_tied_embeddings(trained, template, tmp_path
 # ------------------------------------------------------------------------------------------- 3. weight sync
 def test_weight_sync_to_vllm_passes_after_a_real_update_and_catches_a_stale_adapter(smollm2_dir, vllm, template,
                                                                                    tmp_path):
-    from bapsql.train.weight_sync import WeightSync, make_probe
+    from bapsql.train.learner.weight_sync import WeightSync, make_probe
 
     learner = _learner(smollm2_dir, lr=1e-3, seed=1)
     samples = _sft_samples(template)
@@ -280,7 +280,7 @@ def test_the_sft_export_stream_equals_the_rollout_stream(smollm2_dir, template, 
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
     from bapsql.rollout.agent import AgentConfig, ModelAgent, run_agents
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
     from bapsql.tokens import load_token_counter
 
     root = resolve_benchmark("demo")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from bapsql.budgets import load_ladder
+from bapsql.data.tasks import load_tasks
 from bapsql.env.actions import ManageEvidence, render_action
 from bapsql.env.episode import BudgetedSQLEnv
 from bapsql.env.handles import DatabaseHandles
 from bapsql.errors import ConfigError, EnvStateError
 from bapsql.rollout.agent import AgentConfig, ModelAgent, completion_text, load_template, run_agents, turn_seed
-from bapsql.rollout.runner import load_tasks
 from bapsql.tokens import DEFAULT_TOKENIZER_DIR, load_token_counter
 from tests.rollout.fakes import FALLBACK, PlanEngine, gold_plan
 from tests.rollout.rollout_bench import build_rollout_bench

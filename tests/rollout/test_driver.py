@@ -8,13 +8,13 @@ from collections import Counter
 
 import pytest
 
+from bapsql.data.tasks import load_tasks
 from bapsql.errors import ConfigError, RolloutError
 from bapsql.logs.reader import read_episodes, read_turns
 from bapsql.logs.writer import existing_episode_ids
 from bapsql.rollout.backend import ActorSpec, LocalBackend
 from bapsql.rollout.driver import Driver, DriverConfig, assign_shards, cell_stats
 from bapsql.rollout.groups import GroupSampler
-from bapsql.rollout.runner import load_tasks
 from bapsql.rollout.workers import EnvWorker
 from bapsql.rollout.writer_host import WriterHost
 from tests.rollout.rollout_bench import build_rollout_bench

@@ -61,7 +61,7 @@ def test_greedy_is_deterministic_and_independent_of_batch_padding(engine, prompt
 
 def test_logprobs_are_those_of_the_distribution_sampled_from(engine, prompts):
     """Greedy and T = 1 report the raw logprobs; T = 0.7 those of logits / 0.7 (checked exactly against the learner
-    in tests/train/test_learner_cluster.py); top-p renormalises over the nucleus (never below the full one)."""
+    in tests/train/learner/test_learner_cluster.py); top-p renormalises over the nucleus (never below the full one)."""
     t1 = SamplingParams(max_tokens=10, temperature=1.0, top_p=1.0, seed=5)
     for g in engine.generate(prompts[:2], [GREEDY, t1]):
         scored = engine.logprobs_of(g.prompt_ids, g.completion_ids)

@@ -63,7 +63,7 @@ def test_generates_from_token_ids_with_sampled_token_logprobs(setup):
 def test_sampled_logprobs_at_temperature_0_7_equal_the_learners_recomputation(setup):
     """vLLM reports processed logprobs (logits / T); a learner at the same temperature recomputes them."""
     from bapsql.train.config import LearnerConfig
-    from bapsql.train.learner import Learner, Sample
+    from bapsql.train.learner.core import Learner, Sample
 
     vllm, prompts = setup["vllm"], setup["prompts"]
     gens = vllm.generate(prompts, [SamplingParams(max_tokens=12, temperature=0.7, seed=i) for i in range(len(prompts))])

@@ -6,10 +6,11 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from bapsql.data.tasks import resolve_benchmark
 from bapsql.logs.reader import read_episodes, read_turns
 from bapsql.logs.schema import EPISODES_SCHEMA, TURNS_SCHEMA
 from bapsql.logs.writer import episode_id
-from bapsql.rollout.runner import evaluate, resolve_benchmark, summary_table
+from bapsql.rollout.runner import evaluate, summary_table
 from tests.policies.minibench import build_minibench
 
 

@@ -20,7 +20,7 @@ def bench(tmp_path_factory):
 @pytest.mark.slow  # a whole local sweep: ~50 s on the shared 2-core machine
 def test_a_sweep_runs_a_chat_engine_from_its_yaml(bench, tmp_path):
     from bapsql.experiment import load_experiment
-    from bapsql.rollout.runner import load_tasks
+    from bapsql.data.tasks import load_tasks
     from bapsql.rollout.sweep import run_sweep
 
     tasks = load_tasks(bench, "dev", limit=4)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from bapsql.data.tasks import load_tasks
 from bapsql.errors import ConfigError
 from bapsql.logs.reader import read_episodes, read_turns
 from bapsql.logs.writer import existing_episode_ids
 from bapsql.rollout.groups import GroupSampler, Prompt
-from bapsql.rollout.runner import evaluate, load_tasks
+from bapsql.rollout.runner import evaluate
 from bapsql.rollout.groups import episode_rows
 from bapsql.rollout.workers import EnvWorker, Lost
 from bapsql.rollout.writer_host import WriterHost

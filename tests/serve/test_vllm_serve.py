@@ -109,7 +109,7 @@ def test_the_service_answers_through_a_real_vllm_serve(vllm_url, smollm2_dir, tm
 
 @pytest.fixture(scope="module")
 def demo_tasks():
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
 
     return load_tasks(resolve_benchmark("demo"), "dev", limit=2)
 

@@ -36,7 +36,7 @@ def pretrained_tiny_dir(tmp_path_factory) -> Path:
 @pytest.fixture()
 def make_learner(tiny_model_dir):
     from bapsql.train.config import LearnerConfig, LoraSpec, OptimConfig
-    from bapsql.train.learner import Learner
+    from bapsql.train.learner.core import Learner
 
     def make(lr=1e-2, micro_batch_tokens=4096, rank=8, seed=0, model_path=None, optim=None, **kw):
         cfg = LearnerConfig(model_path=str(model_path or tiny_model_dir), lora=LoraSpec(rank=rank, alpha=2 * rank),

@@ -3,11 +3,11 @@
 The slice: one database of the embedded demo benchmark, its first ``tasks`` train tasks, budget XS, terse prompt.
 
 1. **Start policy** (`train_start_policy`): a fresh tiny model trained with all parameters
-   (`bapsql.train.pretrain.train_sequences`) on two whole episodes per slice task from the same first prompt: the
+   (`bapsql.train.recipe.pretrain.train_sequences`) on two whole episodes per slice task from the same first prompt: the
    direct-aggregation workflow's successful one (`bapsql.policies.sft_export.export_sft`, successes only) and one
    that abstains at once (`abstain_rows`). It plays both well and picks either about half the time, so at the
    training temperature ~40 % of its episodes succeed; the environment's reward is 0 for the abstention.
-2. **GRPO** (`run_slice`): the real loop, `bapsql.train.loop.GRPOTrainer`, wired as `run_grpo_stage` wires it
+2. **GRPO** (`run_slice`): the real loop, `bapsql.train.loop.trainer.GRPOTrainer`, wired as `run_grpo_stage` wires it
    (LoRA learner on the start policy, HF engine in-process, env worker, the environment's reward, the difficulty
    filter, weight sync with its probe check) for ``updates`` updates of ``epochs x mini_batches`` optimizer steps.
 3. **Measure** (`served_success`): budgeted success of the policy the engine serves, on fixed (task, XS, seed)
@@ -65,7 +65,7 @@ class SliceResult:
 
 def slice_tasks(s: SliceSettings) -> tuple[Path, list[Any]]:
     """The demo benchmark (the cached build; built on first use) and the slice's tasks."""
-    from bapsql.rollout.runner import load_tasks, resolve_benchmark
+    from bapsql.data.tasks import load_tasks, resolve_benchmark
 
     root = resolve_benchmark("demo")
     tasks = [t for t in load_tasks(root, "train") if t.db_id == s.db][:s.tasks]
@@ -82,9 +82,9 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     from transformers import Qwen2ForCausalLM
 
     from bapsql.env.records import EnvOptions
-    from bapsql.policies.sft_export import export_sft
     from bapsql.models.tiny import TinySpec, make_tiny_model
-    from bapsql.train.pretrain import read_rows, train_sequences
+    from bapsql.policies.sft_export import export_sft
+    from bapsql.train.recipe.pretrain import read_rows, train_sequences
 
     model_dir = out / "start"
     make_tiny_model(model_dir, seed=s.seed, spec=TinySpec(
@@ -149,8 +149,8 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
 
 
 def make_setup(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> Any:
-    """The slice's `bapsql.train.grpo_setup.GRPOSetup`: the wiring `run_grpo_stage` runs (in-process rollouts)."""
-    from bapsql.train.grpo_setup import build_grpo
+    """The slice's `bapsql.train.loop.grpo_setup.GRPOSetup`: the wiring `run_grpo_stage` runs (in-process rollouts)."""
+    from bapsql.train.loop.grpo_setup import build_grpo
 
     return build_grpo(cfg, cfg.seeds[0], base=model_dir, tasks=tasks, run_dir=run_dir, run_name="learning-slice",
                       total_updates=cfg.grpo.updates)
@@ -158,7 +158,7 @@ def make_setup(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> An
 
 def served_success(rollouts: Any, tasks: list[Any], version: int, *, seed: int = 10_000) -> float:
     """Budgeted success of the adapter the engine serves now, over one group per task at XS (fixed seeds)."""
-    from bapsql.train.sampler import Prompt
+    from bapsql.train.algo.sampler import Prompt
 
     groups = rollouts.play([Prompt(t.task_id, LEVEL, seed) for t in tasks], version)
     flat = [bool(t.episode["success"]) for g in groups for t in g]

@@ -113,7 +113,7 @@ def test_a_grpo_schedule_spans_every_optimizer_step_of_the_run():
     the default stays constant and a bad name is refused with its key."""
     from bapsql.config import from_mapping
     from bapsql.train.config import TrainConfig
-    from bapsql.train.learner import _lr_lambda
+    from bapsql.train.learner.core import _lr_lambda
 
     raw = {"name": "x", "model": {"base": "m"}, "grpo": {"schedule": "cosine", "epochs": 2, "mini_batches": 2}}
     optim = from_mapping(TrainConfig, raw).learner_config("m", "grpo", seed=0, total_steps=5).optim

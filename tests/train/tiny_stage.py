@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bapsql.train.algo.filter import FilterConfig
 from bapsql.train.config import (BudgetSection, CheckpointSection, DataSection, GRPOSection, ModelSection,
                                  MonitorSection, RolloutSection, SyncSection, TrainConfig)
-from bapsql.train.filter import FilterConfig
 
 
 def tiny_stage_config(name: str, model_dir: Path, out_dir: Path, data: DataSection, grpo: GRPOSection) -> TrainConfig:

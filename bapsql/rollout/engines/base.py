@@ -10,8 +10,8 @@ Contract (token-in / token-out; engines never re-tokenize text):
   ``logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the distribution it was sampled from
   (vLLM's "processed" logprobs: ``log_softmax(logits / temperature)`` renormalised over the top-p nucleus; the raw
   ``log_softmax(logits)`` for greedy requests) — what the learner at the sampling temperature and top-p recomputes
-  (`bapsql.train.logprobs` renormalises over the same nucleus, so the GRPO importance weight measures policy change,
-  not the nucleus mass) — or ``None`` when not requested (an
+  (`bapsql.train.algo.logprobs` renormalises over the same nucleus, so the GRPO importance weight measures policy
+  change, not the nucleus mass) — or ``None`` when not requested (an
   OpenAI-compatible server reports whatever its ``--logprobs-mode`` says);
   ``finish_reason`` is ``"stop"`` (eos or stop string) or ``"length"`` (``max_tokens`` reached).
   ``temperature == 0`` is greedy decoding. A request's ``seed`` makes its sample reproducible whatever else is in
@@ -200,10 +200,10 @@ class EngineConfig:
 
     ``model`` is a model folder (vllm, hf) or the served model's name (openai). ``dtype`` ``auto`` (the default)
     is 16-bit on a GPU (the checkpoint's 16-bit dtype, else bfloat16) and float32 on the CPU
-    (`bapsql.models.dtype.resolve_dtype`), as the learner resolves it. ``chat_template_kwargs`` are the chat-template options prompts for this
-    engine are rendered with (e.g. ``{enable_thinking: false}`` for Qwen3-class templates): ``bapsql serve``'s agent
-    renders with them, a sweep merges ``sampling.template_kwargs`` into them, and ``openai_chat`` sends them to the
-    server so its template renders the same way. ``kv_cache_space_gb`` sets
+    (`bapsql.models.dtype.resolve_dtype`), as the learner resolves it. ``chat_template_kwargs`` are the chat-template
+    options prompts for this engine are rendered with (e.g. ``{enable_thinking: false}`` for Qwen3-class templates):
+    ``bapsql serve``'s agent renders with them, a sweep merges ``sampling.template_kwargs`` into them, and
+    ``openai_chat`` sends them to the server so its template renders the same way. ``kv_cache_space_gb`` sets
     ``VLLM_CPU_KVCACHE_SPACE`` for vLLM on CPU (ignored on GPU, where ``gpu_memory_utilization`` applies).
     ``num_threads`` caps torch threads in the engine process (0: this process's CPU share). ``tokenizer`` is a
     folder holding ``tokenizer.json`` (default: ``model`` when it is a folder); the openai engine uses it to decode

@@ -1,6 +1,6 @@
 """The learner as a Ray actor, for clusters where the driver runs on a node without the learner's GPU.
 
-`RemoteLearner(cfg, num_gpus=1, num_cpus=4, resources=...)` starts `bapsql.train.learner.Learner` in an actor and
+`RemoteLearner(cfg, num_gpus=1, num_cpus=4, resources=...)` starts `bapsql.train.learner.core.Learner` in an actor and
 exposes the methods the GRPO loop, weight sync and checkpoints call (``grpo_update``, ``sft_update``,
 ``token_logprobs``, ``logprobs_of``, ``save_adapter``, ``adapter_state``, ``load_adapter_state``, ``training_state``,
 ``load_training_state``, ``save_state``, ``load_state``, ``merge_and_save``, ``snapshot``, ``rollback``), each a
@@ -25,7 +25,7 @@ import ray
 from ray import exceptions as rex
 
 from bapsql.errors import RolloutError
-from bapsql.train.config import LearnerConfig
+from bapsql.train.learner.config import LearnerConfig
 
 _METHODS = ("grpo_update", "sft_update", "token_logprobs", "logprobs_of", "save_adapter", "adapter_state",
             "load_adapter_state", "training_state", "load_training_state", "save_state", "load_state",
@@ -41,7 +41,7 @@ class _Host:
     """Actor body: builds the learner in the actor's process and forwards calls to it."""
 
     def __init__(self, cfg: LearnerConfig):
-        from bapsql.train.learner import Learner
+        from bapsql.train.learner.core import Learner
 
         self.learner = Learner(cfg)
 

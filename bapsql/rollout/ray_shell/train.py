@@ -1,7 +1,7 @@
 """Data-parallel training through Ray Train: `fit_data_parallel(body, config, ...)`.
 
-``body(config, dist)`` is a plain function (e.g. `bapsql.train.sft.sft_worker`) that one worker runs; ``dist`` is a
-`RayTrainWorker` giving it what Ray Train knows — ``rank``, ``world``, ``device``, ``wrap(model)`` (Ray Train's
+``body(config, dist)`` is a plain function (e.g. `bapsql.train.recipe.sft.sft_worker`) that one worker runs; ``dist`` is
+a `RayTrainWorker` giving it what Ray Train knows — ``rank``, ``world``, ``device``, ``wrap(model)`` (Ray Train's
 ``prepare_model``: DDP across GPUs and nodes, or FSDP with ``config["strategy"] == "fsdp"``) and
 ``report(metrics, checkpoint_dir=None)`` (``ray.train.report``, with a folder to hand back as the run's checkpoint).
 `fit_data_parallel` runs it in a `TorchTrainer` (``ScalingConfig(num_workers, use_gpu, resources_per_worker)``),

@@ -1,0 +1,45 @@
+"""Task loading, for rollouts and training alike: which benchmark folder a spec names, and a split's tasks in order.
+
+- `resolve_benchmark(spec)`: ``spec`` itself, or for ``"demo"`` (`DEMO`) the embedded benchmark at small scale
+  (`DEMO_SCALE`) in the cache dir, built there on first use (or when an older generator wrote it);
+- `load_tasks(benchmark_dir, split, limit=None)`: the split's tasks database by database (then by task id), any
+  layout `bapsql.data.load.load_benchmark` reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from bapsql.types import Task
+
+DEMO = "demo"
+DEMO_SCALE = "small"
+
+
+def resolve_benchmark(spec: str | Path, *, cache_dir: str | Path | None = None,
+                      announce: Callable[[str], None] | None = None) -> Path:
+    """A benchmark folder: ``spec`` itself, or for ``"demo"`` the cached small embedded benchmark (built if
+    missing; ``announce`` is told so)."""
+    if str(spec) != DEMO:
+        return Path(spec)
+    from bapsql.data.cache import default_cache_dir
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = root / f"demo-{DEMO_SCALE}"
+    from bapsql.data.demo import build_demo, demo_is_current
+
+    if not demo_is_current(root):  # missing, or written by an older generator (other databases and splits)
+        if announce:
+            announce(f"building the embedded demo benchmark ({DEMO_SCALE} scale) into {root} ...")
+        build_demo(root, scale=DEMO_SCALE, seed=0)
+    return root
+
+
+def load_tasks(benchmark_dir: str | Path, split: str, *, limit: int | None = None) -> list[Task]:
+    """The split's tasks ordered database by database (then by task id), the first ``limit`` of that order.
+    ``test`` is the in-domain split: held-out tasks of the training databases (`bapsql.data.splits`)."""
+    from bapsql.data.load import load_benchmark
+
+    tasks = sorted(load_benchmark(benchmark_dir, split=split).tasks, key=lambda t: (t.db_id, t.task_id))
+    return tasks[:limit] if limit is not None else tasks

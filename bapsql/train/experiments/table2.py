@@ -1,0 +1,305 @@
+"""Table 2 in miniature (issue 16): the paper's main comparison trained and evaluated by one call,
+`bapsql.train.experiments.table2_run.run_table2`; this module holds its config, rows and stage plan.
+
+Per training seed ``k`` (run dir ``<out_dir>/<name>-seed<k>``, the recipe's layout of `bapsql.train.recipe.pipeline`):
+
+- ``pretrain`` (when ``train.pretrain.enabled``) and ``sft`` (BAP-SQL SFT under the training condition): the
+  recipe's stages;
+- ``rl_full`` and ``rl_sql``: GRPO from that one SFT model with ``reward.variant`` ``full`` (BAP-SQL RL) and
+  ``correctness`` (matched SQL-RL), in ``rl_full/`` and ``rl_sql/``: same prompts, filter, update budget and seed;
+- ``eval``: one sweep (`bapsql.rollout.sweep.run_sweep`) over the rows of `table2_rows` at ``train.eval.budgets`` on
+  ``train.data.eval_split``, into ``table2/eval``. The sweep's seed is the training seed, so the analysis's seed axis
+  is the adapter seed, as in the paper (``train.eval.seeds`` is set from ``train.seeds`` by the loader).
+
+Then, once over every seed, ``report`` (`bapsql.train.experiments.table2_report`) into ``<out_dir>/<name>-table2``:
+Table 2 (reference: the dashboard row), the Table 3 gate (reference: the SFT row), the figures and ``table2.md``.
+
+Resume: a stage is finished when ``<run>/table2/stages.json`` records it so; finished stages are reused, GRPO
+continues from its latest checkpoint (``rl_*/checkpoints``) and the sweep skips the episodes it already logged.
+`plan_stages` says which of run / resume / reuse / skip each stage gets, from the files alone.
+
+Config (``configs/experiments/table2_cpu.yaml``)::
+
+    train: {extends: ../train/cpu_learn_tiny.yaml, name: table2-cpu, ...}   # a training config (TrainConfig), inline
+    prompting_model: base | sft        # the model of the prompting rows (sft when the base model cannot act)
+    prompting_conditions: [raw, dashboard, adaptive_posthoc]
+    reference_condition: dashboard     # the prompting row Table 2 is compared against
+    quick: {...}                       # the --quick preset: keys merged over this document (train.* included)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from bapsql.config import from_mapping, read_yaml
+from bapsql.errors import ConfigError
+from bapsql.files import atomic_write_text
+from bapsql.train.config import TrainConfig, _deep_merge, resolve_extends
+
+SEED_STAGES: tuple[str, ...] = ("pretrain", "sft", "rl_full", "rl_sql", "eval")
+STAGES: tuple[str, ...] = SEED_STAGES + ("report",)
+RL_REWARDS: dict[str, str] = {"rl_full": "full", "rl_sql": "correctness"}  # stage -> reward.variant
+Action = Literal["run", "resume", "reuse", "skip"]
+
+
+@dataclass(frozen=True)
+class Table2Config:
+    """The experiment (module docstring). ``preset`` and ``reduced`` are set by `load_table2_config`."""
+
+    train: TrainConfig
+    prompting_model: Literal["base", "sft"] = "base"
+    prompting_conditions: tuple[str, ...] = ("raw", "dashboard", "adaptive_posthoc")
+    reference_condition: str = "dashboard"
+    description: str = ""
+    preset: Literal["full", "quick"] = "full"
+    reduced: tuple[str, ...] = ()  # what the quick preset changed, as "key: full value -> quick value"
+
+    def __post_init__(self) -> None:
+        from bapsql.env.conditions import condition as condition_named
+
+        for i, c in enumerate(self.prompting_conditions):
+            try:
+                condition_named(c)
+            except ConfigError as exc:
+                raise ConfigError(f"prompting_conditions[{i}]: {exc}") from exc
+        if self.reference_condition not in self.prompting_conditions:
+            raise ConfigError(f"reference_condition: {self.reference_condition!r} is not one of prompting_conditions "
+                              f"{list(self.prompting_conditions)}")
+        t = self.train
+        if not (t.sft.enabled and t.grpo.enabled) or t.grpo.sft_init != "merged":
+            raise ConfigError("train: Table 2 trains SFT and then GRPO from it: keep sft.enabled, grpo.enabled and "
+                              "grpo.sft_init: merged")
+
+    @property
+    def report_dir(self) -> Path:
+        return Path(self.train.out_dir) / f"{self.train.name}-table2"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of Table 2: ``key`` (the paper's row), its label, and the sweep method ``model:<engine>@<cond>``."""
+
+    key: str
+    label: str
+    engine: str
+    condition: str
+
+    @property
+    def method(self) -> str:
+        return f"model:{self.engine}@{self.condition}"
+
+    @property
+    def logged(self) -> str:
+        """The method as the logs and the analysis name it."""
+        from bapsql.experiment import MODEL_PREFIX
+
+        return f"{MODEL_PREFIX}{self.engine}@{self.condition}"
+
+
+LABELS: dict[str, str] = {"raw": "Raw agent", "dashboard": "Dashboard", "adaptive_posthoc": "Adaptive post-hoc",
+                          "full": "Full interface (prompted)", "sft": "BAP-SQL SFT", "sql_rl": "SQL-RL (matched)",
+                          "bap_rl": "BAP-SQL RL"}
+
+
+def table2_rows(cfg: Table2Config) -> tuple[Row, ...]:
+    """The prompting rows (the base or SFT model under each prompting condition), then SFT, SQL-RL, BAP-SQL RL under
+    the training condition."""
+    cond = cfg.train.condition
+    prompting = tuple(Row(c, LABELS.get(c, c), cfg.prompting_model, c) for c in cfg.prompting_conditions)
+    return prompting + (Row("sft", LABELS["sft"], "sft", cond), Row("sql_rl", LABELS["sql_rl"], "sql_rl", cond),
+                        Row("bap_rl", LABELS["bap_rl"], "bap_rl", cond))
+
+
+# ------------------------------------------------------------------------------------------------------- loading
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def _build(raw: dict, base_dir: Path, where: str, out_dir: str | None) -> Table2Config:
+    raw = dict(raw)
+    for key in ("preset", "reduced"):
+        if key in raw:
+            raise ConfigError(f"{where}: {key}: set by the loader (--quick), not by the file")
+    train = raw.get("train")
+    if not isinstance(train, dict):
+        raise ConfigError(f"{where}: train: expected a training config mapping (e.g. extends: ../train/X.yaml)")
+    if "seeds" in (train.get("eval") or {}):
+        raise ConfigError(f"{where}: train.eval.seeds: leave it out; each training seed's models are evaluated "
+                          "with that seed (train.seeds)")
+    resolved = resolve_extends(train, base_dir, where=f"{where}: train")
+    if out_dir is not None:
+        resolved["out_dir"] = out_dir
+    resolved["eval"] = {**(resolved.get("eval") or {}), "seeds": resolved.get("seeds", [0])}
+    try:
+        train_cfg = from_mapping(TrainConfig, resolved, "train")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    try:
+        return _with_train(raw, train_cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _with_train(raw: dict, train: TrainConfig) -> Table2Config:
+    fields = {f.name for f in dataclasses.fields(Table2Config)} - {"train", "preset", "reduced"}
+    unknown = sorted(set(raw) - fields - {"train"})
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} for Table2Config; allowed keys are "
+                          f"{sorted(fields | {'train', 'quick'})}")
+    checked = from_mapping(_Rest, {k: v for k, v in raw.items() if k != "train"})
+    return Table2Config(train=train, **dataclasses.asdict(checked))
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """The file's keys beside ``train``, type-checked by `from_mapping` (their defaults are Table2Config's)."""
+
+    prompting_model: Literal["base", "sft"] = "base"
+    prompting_conditions: tuple[str, ...] = ("raw", "dashboard", "adaptive_posthoc")
+    reference_condition: str = "dashboard"
+    description: str = ""
+
+
+def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | None = None) -> Table2Config:
+    """Load the experiment strictly (unknown keys name themselves), the ``quick:`` preset validated too; with
+    ``quick`` return the preset. ``out_dir`` overrides ``train.out_dir``."""
+    p = Path(path)
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    preset = raw.pop("quick", None)
+    if preset is not None and not isinstance(preset, dict):
+        raise ConfigError(f"{p}: quick: expected a mapping of the keys the preset changes")
+    full = _build(raw, p.parent, str(p), out_dir)
+    if preset is None:
+        if quick:
+            raise ConfigError(f"{p}: --quick: this config has no quick: preset")
+        return full
+    merged = _deep_merge(raw, preset)
+    small = _build(merged, p.parent, f"{p} (quick)", out_dir)
+    before, after = _flatten(dataclasses.asdict(full.train)), _flatten(dataclasses.asdict(small.train))
+    reduced = tuple(f"train.{k}: {before.get(k)} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v)
+    reduced += tuple(f"{k}: {getattr(full, k)} -> {getattr(small, k)}" for k in ("prompting_model",
+                     "prompting_conditions", "reference_condition") if getattr(full, k) != getattr(small, k))
+    return dataclasses.replace(small, preset="quick", reduced=reduced) if quick else full
+
+
+# ------------------------------------------------------------------------------------------------------- stages
+def stages_path(cfg: Table2Config, seed: int) -> Path:
+    return cfg.train.run_dir(seed) / "table2" / "stages.json"
+
+
+def read_stages(path: Path) -> dict[str, dict]:
+    """The stage records of ``stages.json`` (stage -> {finished, seconds, attempts}); empty when there is none."""
+    return json.loads(path.read_text())["stages"] if path.is_file() else {}
+
+
+def record_attempt(path: Path, stage: str, action: str, seconds: float, finished: bool) -> dict[str, dict]:
+    """Add one attempt of ``stage`` to ``stages.json`` (atomically); ``seconds`` (the stage's total) sums the
+    attempts that computed something (run / resume). Returns the updated records."""
+
+    stages = read_stages(path)
+    rec = stages.setdefault(stage, {"finished": False, "seconds": 0.0, "attempts": []})
+    rec["attempts"].append({"action": action, "seconds": round(seconds, 2), "finished": finished,
+                            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    rec["seconds"] = round(sum(a["seconds"] for a in rec["attempts"] if a["action"] in ("run", "resume")), 2)
+    rec["finished"] = rec["finished"] or finished
+    atomic_write_text(path, json.dumps({"stages": stages}, indent=1) + "\n")
+    return stages
+
+
+def _output_exists(cfg: Table2Config, seed: int, stage: str) -> bool:
+    run = cfg.train.run_dir(seed)
+    return {"pretrain": (run / "pretrain" / "model" / "config.json").is_file(),
+            "sft": (run / "sft" / "merged" / "config.json").is_file(),
+            "rl_full": (run / "rl_full" / "merged" / "config.json").is_file(),
+            "rl_sql": (run / "rl_sql" / "merged" / "config.json").is_file(),
+            "eval": (run / "table2" / "eval").is_dir()}[stage]
+
+
+def _partial(cfg: Table2Config, seed: int, stage: str) -> bool:
+    """Whether an unfinished stage left something to continue from (a GRPO checkpoint, logged episodes)."""
+    from bapsql.train.learner.checkpoint import latest_checkpoint
+
+    run = cfg.train.run_dir(seed)
+    if stage in RL_REWARDS:
+        return latest_checkpoint(run / stage / "checkpoints") is not None
+    if stage == "eval":
+        return any((run / "table2" / "eval").rglob("*.parquet"))
+    return False
+
+
+def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Action]:
+    """What each of the seed's stages will do: ``skip`` (not wanted, or pretraining disabled), ``reuse`` (recorded
+    finished and its output is there), ``resume`` (a checkpoint or logged episodes to continue from), else ``run``."""
+    unknown = sorted(set(wanted) - set(STAGES))
+    if unknown:
+        raise ConfigError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")
+    done = read_stages(stages_path(cfg, seed))
+    plan: dict[str, Action] = {}
+    for stage in SEED_STAGES:
+        if stage not in wanted or (stage == "pretrain" and not cfg.train.pretrain.enabled):
+            plan[stage] = "skip"
+        elif done.get(stage, {}).get("finished") and _output_exists(cfg, seed, stage):
+            plan[stage] = "reuse"
+        else:
+            plan[stage] = "resume" if _partial(cfg, seed, stage) else "run"
+    return plan
+
+
+def rl_config(cfg: TrainConfig, stage: str) -> TrainConfig:
+    """The training config of GRPO stage ``stage``: the same in everything but ``reward.variant``."""
+    return dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, variant=RL_REWARDS[stage]))
+
+
+@dataclass(frozen=True)
+class RLPair:
+    """How Table 2's two RL stages of one seed started (their ``start.json``,
+    `bapsql.train.recipe.pipeline.write_grpo_start`): ``same_start`` — the same SFT adapter (by hash) and init model;
+    ``differences`` — the config keys in which they differ (``("reward.variant",)`` when only the reward does)."""
+
+    sft_adapter_sha256: str | None
+    same_start: bool
+    differences: tuple[str, ...]
+
+
+def rl_pair(cfg: Table2Config, seed: int) -> RLPair:
+    """`RLPair` of seed ``seed`` from ``rl_full/start.json`` and ``rl_sql/start.json``; `ConfigError` when a stage
+    has not started yet."""
+    run = cfg.train.run_dir(seed)
+    starts = []
+    for stage in RL_REWARDS:
+        path = run / stage / "start.json"
+        if not path.is_file():
+            raise ConfigError(f"{path}: missing; the {stage} stage writes it when it starts (run it first)")
+        starts.append(json.loads(path.read_text()))
+    a, b = starts
+    keys = sorted(set(a["config"]) | set(b["config"]))
+    diff = tuple(k for k in keys if a["config"].get(k) != b["config"].get(k))
+    same = (a["sft_adapter_sha256"] is not None and a["sft_adapter_sha256"] == b["sft_adapter_sha256"]
+            and a["init_model"] == b["init_model"])
+    return RLPair(a["sft_adapter_sha256"], same, diff)
+
+
+def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, Path]:
+    """Engine name -> merged model folder of the rows (`table2_rows`)."""
+    from bapsql.train.recipe.pipeline import base_model, sft_dir
+
+    run = cfg.train.run_dir(seed)
+    models = {"sft": sft_dir(cfg.train, seed) / "merged", "sql_rl": run / "rl_sql" / "merged",
+              "bap_rl": run / "rl_full" / "merged"}
+    if cfg.prompting_model == "base":
+        models = {"base": base_model(cfg.train, console, seed=seed), **models}
+    for name, path in models.items():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"eval: no model for {name} at {path}; run the stages before eval")
+    return models

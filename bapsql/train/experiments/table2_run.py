@@ -1,0 +1,102 @@
+"""Running Table 2 in miniature (issue 16): `run_table2` runs every seed's wanted stages in order
+(`bapsql.train.experiments.table2.plan_stages` says run / resume / reuse / skip for each), times each into
+``<run>/table2/stages.json``, then writes the report (`bapsql.train.experiments.table2_report`). It sits above both
+modules, so the config and plan (`table2`) never import the report that reads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from bapsql.train.experiments.table2 import (
+    RL_REWARDS,
+    SEED_STAGES,
+    STAGES,
+    Action,
+    Table2Config,
+    eval_models,
+    plan_stages,
+    read_stages,
+    record_attempt,
+    rl_config,
+    stages_path,
+    table2_rows,
+)
+from bapsql.train.experiments.table2_report import write_report
+
+
+def _run_seed_stage(cfg: Table2Config, seed: int, stage: str, action: Action, console: Any) -> None:
+    t = cfg.train
+    run = t.run_dir(seed)
+    if stage == "pretrain":
+        from bapsql.train.recipe.pretrain import run_pretrain
+
+        run_pretrain(t, seed, run, console=console)
+    elif stage == "sft":
+        from bapsql.train.recipe.pipeline import run_sft_stage
+
+        run_sft_stage(t, seed, console=console)
+    elif stage in RL_REWARDS:
+        from bapsql.train.recipe.pipeline import run_grpo_stage
+
+        run_grpo_stage(rl_config(t, stage), seed, resume=action == "resume", console=console, subdir=stage)
+    else:
+        from bapsql.rollout.sweep import run_sweep
+        from bapsql.train.recipe.evaluation import eval_experiment
+
+        out = run / "table2" / "eval"
+        exp = eval_experiment(t, eval_models(cfg, seed, console), tuple(r.method for r in table2_rows(cfg)),
+                              run=f"{t.name}-seed{seed}-table2", split=t.data.eval_split, out_dir=out, seeds=(seed,))
+        run_sweep(exp, address=t.rollout.ray_address, out_dir=out, console=console,
+                  backend="ray" if t.rollout.use_ray else "local")
+
+
+def _say(console: Any, msg: str) -> None:
+    if console is not None:
+        console.print(f"[bold cyan][table2][/bold cyan] {msg}")
+
+
+def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, console: Any = None) -> Path | None:
+    """Run the wanted stages of every seed, then the report (module docstring); returns the report folder (None
+    when ``report`` is not wanted). Times each stage into ``<run>/table2/stages.json`` and prints it."""
+    from bapsql.train.recipe.pipeline import ray_context
+
+    t = cfg.train
+    for seed in t.seeds:
+        plan = plan_stages(cfg, seed, stages)
+        run = t.run_dir(seed)
+        run.mkdir(parents=True, exist_ok=True)
+        _say(console, f"seed {seed}: " + ", ".join(f"{s} {a}" for s, a in plan.items()))
+        need_ray = plan["sft"] in ("run", "resume") or (
+            t.rollout.use_ray and any(plan[s] in ("run", "resume") for s in ("rl_full", "rl_sql", "eval")))
+        if plan["pretrain"] != "skip":  # alone, before any Ray process takes a core
+            _timed(cfg, seed, "pretrain", plan["pretrain"], console)
+        with (ray_context(t, run) if need_ray else contextlib.nullcontext()):
+            for stage in SEED_STAGES[1:]:
+                if plan[stage] != "skip":
+                    _timed(cfg, seed, stage, plan[stage], console)
+    if "report" not in stages:
+        return None
+    t0 = time.perf_counter()
+    out = write_report(cfg, console=console)
+    seconds = time.perf_counter() - t0
+    _say(console, f"report: {seconds:.0f} s -> {out / 'table2.md'}")
+    return out
+
+
+def _timed(cfg: Table2Config, seed: int, stage: str, action: Action, console: Any) -> None:
+    path = stages_path(cfg, seed)
+    if action == "reuse":
+        prior = read_stages(path)[stage]["seconds"]
+        record_attempt(path, stage, "reuse", 0.0, True)
+        _say(console, f"seed {seed} {stage}: reused (finished before, {prior:.0f} s)")
+        return
+    _say(console, f"seed {seed} {stage}: {action} ...")
+    t0 = time.perf_counter()
+    _run_seed_stage(cfg, seed, stage, action, console)
+    seconds = time.perf_counter() - t0
+    total = record_attempt(path, stage, action, seconds, True)[stage]["seconds"]
+    _say(console, f"seed {seed} {stage}: done in {seconds:.0f} s (stage total {total:.0f} s)")
