@@ -190,6 +190,9 @@ class Context:
     rng: np.random.Generator
     last: Feedback | None = None
     results: list[ResultSeen] = dataclasses.field(default_factory=list)
+    turn: int = 0  # the turn being decided (1-based; set by `ScriptedPolicy.act`)
+    # turns the script plays only to set up a situation (a deliberately wrong query): SFT keeps them out of the loss
+    staged: set[int] = dataclasses.field(default_factory=set)
 
     def can(self, tool: str) -> bool:
         return self.condition.offers(tool)
@@ -225,6 +228,7 @@ class ScriptedPolicy:
 
     def act(self, observation: str, info: dict) -> str:
         ctx = self.ctx
+        ctx.turn += 1
         fb = Feedback.from_step(observation, info, show_dashboard=ctx.condition.show_dashboard)
         ctx.last = fb
         if fb.result is not None:
@@ -235,6 +239,11 @@ class ScriptedPolicy:
             action = self.fallback(ctx)
         self._started = True
         return render_action(action)
+
+    @property
+    def staged_turns(self) -> frozenset[int]:
+        """Turns (1-based) of the current episode the script played only to set up a situation; not to imitate."""
+        return frozenset(self.ctx.staged) if hasattr(self, "ctx") else frozenset()
 
     def fallback(self, ctx: Context) -> Action:
         """What to do once the script has nothing left: abstain, or answer from the last shown rows."""

@@ -87,3 +87,29 @@ def oracle_hint(task: Task) -> OracleHint:
 def policy_view(task: Task) -> Task:
     """The task as a policy sees it: gold answer, gold SQL, naive SQL and tags removed."""
     return dataclasses.replace(task, gold=None, gold_sql="", naive_sql="", tags=())
+
+
+_SQL_WORDS = frozenset("""select from where group order having limit join inner outer left right on and or not null
+as by distinct count sum avg min max between like in is case when then else end union all exists the what which who
+how many much many does each every with for that this than have has are was were there their its into over per""".split())
+
+
+def misnamed_column_sql(sql: str, question: str, rng) -> str | None:
+    """``sql`` with one column reference renamed to a word of ``question`` that the query does not name (the
+    slip a model makes when it writes the question's words instead of the schema's: ``doctor`` for ``doctor_id``),
+    so that SQLite refuses it with "no such column"; None when the query does not parse, names no column, or the
+    question offers no such word. ``rng``: a numpy Generator (the episode's: the same slip for the same seed)."""
+    tree = _parse(sql)
+    if tree is None:
+        return None
+    cols = [c for c in tree.find_all(exp.Column) if c.name]
+    named = {i.name.lower() for i in tree.find_all(exp.Identifier) if i.name}
+    words = sorted({w for w in (t.strip(".,?!;:'\"()").lower() for t in question.split())
+                    if len(w) >= 4 and w.isalpha() and w not in _SQL_WORDS and w not in named})
+    if not cols or not words:
+        return None
+    where = [c for c in cols if c.find_ancestor(exp.Where) is not None]
+    target = (where or cols)[int(rng.integers(len(where or cols)))]
+    target.set("this", exp.to_identifier(words[int(rng.integers(len(words)))]))
+    return tree.sql(dialect="sqlite")
+

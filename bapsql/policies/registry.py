@@ -15,9 +15,9 @@ from bapsql.env.conditions import condition, method_name, split_method
 from bapsql.errors import ConfigError
 from bapsql.policies.base import Policy
 from bapsql.policies.drafter import Drafter
-from bapsql.policies.workflows import WORKFLOWS
+from bapsql.policies.workflows import SFT_ONLY, WORKFLOWS
 
-_FACTORIES: dict[str, Callable[[], Policy]] = {cls.name: cls for cls in WORKFLOWS}
+_FACTORIES: dict[str, Callable[[], Policy]] = {cls.name: cls for cls in WORKFLOWS + SFT_ONLY}
 _FACTORIES[Drafter.name] = Drafter
 
 WORKFLOW_NAMES: tuple[str, ...] = tuple(cls.name for cls in WORKFLOWS)

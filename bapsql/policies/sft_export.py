@@ -90,10 +90,12 @@ def pair_key(prompt: str, completion: str) -> str:
 
 
 def _episode_items(template: Any, turns: list[tuple[list[dict], str, bool]], tools: Any, template_kwargs: dict,
-                   per_episode: bool) -> list[tuple[int, str, str, list[int], list[int]]]:
+                   per_episode: bool, staged: frozenset[int] = frozenset(),
+                   ) -> list[tuple[int, str, str, list[int], list[int]]]:
     """The rows of one kept episode as ``(turn, prompt, completion, input_ids, loss_mask)``: one per turn, or with
     ``per_episode`` one per token-stream segment (every completion in the loss). The ids are the token stream the
-    rollouts build (`TokenTrajectory`), so SFT prompts are what the policy will see token for token."""
+    rollouts build (`TokenTrajectory`), so SFT prompts are what the policy will see token for token. ``staged``:
+    turns (1-based) the workflow played only to set up a situation: no row of their own, and out of the loss."""
     from bapsql.policies.chat import TokenTrajectory
 
     end_of_turn = template.framing(**template_kwargs).end_of_turn_text
@@ -108,13 +110,21 @@ def _episode_items(template: Any, turns: list[tuple[list[dict], str, bool]], too
         prompt_ids = stream.prompt_ids
         completion_ids = template.encode(text + end_of_turn)
         stream.add_completion(completion_ids)
-        if not per_episode:
+        if not per_episode and turn not in staged:
             items.append((turn, template.decode(prompt_ids), text + end_of_turn, prompt_ids + completion_ids,
                           [0] * len(prompt_ids) + [1] * len(completion_ids)))
     if per_episode and stream is not None:
+        number = 0
         for seg in stream.segments:
             ids, mask = list(seg.input_ids), list(seg.loss_mask)
-            cut = mask.index(1) if 1 in mask else len(mask)
+            for t in seg.turns:
+                number += 1
+                if number in staged:
+                    start = len(t.prompt_ids)
+                    mask[start:start + len(t.completion_ids)] = [0] * len(t.completion_ids)
+            if 1 not in mask:
+                continue
+            cut = mask.index(1)
             items.append((len(seg.turns), template.decode(ids[:cut]), template.decode(ids[cut:]), ids, mask))
     return items
 
@@ -204,7 +214,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         continue
                     kept += 1
                     for turn, prompt, completion, input_ids, loss_mask in _episode_items(
-                            template, turns, tools if tool_schemas else None, template_kwargs or {}, per_episode):
+                            template, turns, tools if tool_schemas else None, template_kwargs or {}, per_episode,
+                            getattr(policy, "staged_turns", frozenset())):
                         key = pair_key(prompt, completion)
                         if key in seen:
                             dups += 1

@@ -27,6 +27,9 @@ restore_after_archive       execute, archive the block, (with turns to spare) in
 recover_after_rejection     with ≥ 2 queries, execute the naive draft without estimating; after a rejection /
                             truncation / error rewrite to the aggregate (when offered); execute it; answer
 =========================== ==========================================================================================
+
+`RecoverFromError` (``workflow.recover_from_error``) is not one of the nine: extra SFT data for small models
+(a staged query with a misnamed column, kept out of the loss; the schema; the gold query; the answer).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Generator
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery,
 )
+from bapsql.policies.oracle import misnamed_column_sql
 from bapsql.policies.base import (
     Context, EstimateSeen, Feedback, ResultSeen, Script, ScriptedPolicy, answer_from_result,
 )
@@ -264,7 +268,30 @@ class RecoverAfterRejection(ScriptedPolicy):
         yield from answer_with_gold(ctx)
 
 
+class RecoverFromError(ScriptedPolicy):
+    """Not one of the paper's nine: SFT data for a small model that writes the question's words as column names.
+    The first query is that slip (`misnamed_column_sql`), played as a staged turn (kept out of the SFT loss: the
+    model learns what follows a "no such column" error, not the slip); then the schema of the tables the gold query
+    reads, then the gold query and the answer. A query SQLite refuses at prepare costs no query, so this fits XS."""
+
+    name = "workflow.recover_from_error"
+
+    def script(self, ctx: Context) -> Script:
+        wrong = misnamed_column_sql(ctx.hint.gold_sql, ctx.task.question, ctx.rng)
+        if wrong is None or rem(ctx, "turns") < 3:
+            yield from answer_with_gold(ctx)
+            return
+        ctx.staged.add(ctx.turn)
+        first = yield from execute(ctx, wrong)
+        if (first is not None and first.status == "error" and ctx.can("inspect_schema") and ctx.hint.tables
+                and rem(ctx, "turns") >= 3):
+            yield InspectSchema(ctx.hint.tables)
+        yield from answer_with_gold(ctx)
+
+
+# the paper's nine, in the order of the table above; SFT_ONLY: extra SFT data, never a workflow of the paper's suite
 WORKFLOWS: tuple[type[ScriptedPolicy], ...] = (
     DirectAggregation, EstimateRewrite, DrillDown, EvidenceCompression, JustifiedAbstention, SchemaFirst,
     VerifyAnswer, RestoreAfterArchive, RecoverAfterRejection,
 )
+SFT_ONLY: tuple[type[ScriptedPolicy], ...] = (RecoverFromError,)

@@ -25,7 +25,7 @@ def test_policies_lists_every_name():
     res = CliRunner().invoke(cli, ["policies"])
     assert res.exit_code == 0
     names = [line.split()[0] for line in res.output.splitlines() if line.strip()]
-    assert "workflow.estimate_rewrite" in names and "scripted.drafter" in names and len(names) == 10
+    assert "workflow.estimate_rewrite" in names and "scripted.drafter" in names and "workflow.recover_from_error" in names and len(names) == 11
     conds = CliRunner().invoke(cli, ["conditions"])
     assert conds.exit_code == 0
     presets = [line.split()[0] for line in conds.output.splitlines() if line.strip()]

@@ -51,3 +51,27 @@ def test_workflows_never_read_gold_values(play, mini_tasks, workflow):
     real, fake = play(workflow, task, "L"), play(workflow, bogus, "L")
     assert real.completions == fake.completions
     assert real.summary.success and not fake.summary.success
+
+
+def test_a_misnamed_column_is_a_question_word_sqlite_refuses(tmp_path):
+    import sqlite3
+
+    import numpy as np
+
+    from bapsql.policies.oracle import misnamed_column_sql
+
+    db = tmp_path / "clinic.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE visits (id INTEGER, doctor_id INTEGER, visit_day TEXT);"
+                      "CREATE TABLE doctors (doctor_id INTEGER, name TEXT); INSERT INTO doctors VALUES (1, 'Lee');")
+    gold = "SELECT COUNT(*) FROM visits v JOIN doctors d ON v.doctor_id = d.doctor_id WHERE d.name = 'Lee'"
+    con.execute(gold).fetchall()
+    for seed in range(5):
+        wrong = misnamed_column_sql(gold, "How many visits did doctor Lee have?", np.random.default_rng(seed))
+        assert wrong is not None and "d.doctor =" in wrong  # the WHERE column, renamed to an unused question word
+        with pytest.raises(sqlite3.OperationalError, match="no such column"):
+            con.execute(wrong)
+    rng = np.random.default_rng(0)
+    assert misnamed_column_sql("SELECT 1", "How many visits?", rng) is None  # no column to rename
+    assert misnamed_column_sql(gold, "How many name?", rng) is None  # every word is an identifier or SQL
+    assert misnamed_column_sql("SELECT * FROM (", "How many visits?", rng) is None  # does not parse

@@ -196,3 +196,27 @@ def test_only_successes_and_given_tasks(minibench, mini_tasks, tmp_path):
                      budgets=("L",), tasks=few, only_successes=True, per_episode=True)
     rows = pq.read_table(res.path).to_pylist()
     assert {r["task_id"] for r in rows} <= {t.task_id for t in few} and res.pairs == len(rows) >= 1
+
+
+def test_a_staged_slip_is_played_but_kept_out_of_the_loss(minibench, tmp_path):
+    """``workflow.recover_from_error``: its first query names a column that does not exist; the error it gets, the
+    schema, the gold query and the answer follow. The slip is in the prompt the model sees, never in its loss: no
+    per-turn row of its own, and mask 0 in the per-episode stream."""
+    from bapsql.env.records import EnvOptions
+
+    template = ChatTemplate.from_dir(DEFAULT_TOKENIZER_DIR)
+    kw = dict(workflows=("workflow.recover_from_error",), budgets=("XS",), env_options=EnvOptions(prompt_style="terse"))
+    turns = pq.read_table(export_sft(minibench, "train", 100, tmp_path / "t.parquet", **kw).path).to_pylist()
+    eps = pq.read_table(export_sft(minibench, "train", 100, tmp_path / "e.parquet", per_episode=True,
+                                   **kw).path).to_pylist()
+    slipped = [e for e in eps if "no such column" in e["prompt"]]
+    assert slipped, "no episode of the mini benchmark staged a slip"
+    for e in slipped:
+        assert e["prompt"].count('"execute_query"') == 1  # the slip is the prompt's only query ...
+        masked = template.decode([t for t, m in zip(e["input_ids"], e["loss_mask"]) if m])
+        assert "no such column" not in masked and masked.startswith("<tool_call>")
+        assert '"inspect_schema"' in masked.split("</tool_call>")[0]  # ... and the first trained call inspects
+        own = sorted((p for p in turns if (p["task_id"], p["seed"]) == (e["task_id"], e["seed"])),
+                     key=lambda p: p["turn"])
+        assert own[0]["turn"] == 2 and "no such column" in own[0]["prompt"]  # no row for the slip itself
+        assert masked == "".join(p["completion"] for p in own)
