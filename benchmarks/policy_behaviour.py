@@ -1,0 +1,56 @@
+"""What each evaluated policy does, from its logged trajectories: one row per method × budget.
+
+    python benchmarks/policy_behaviour.py RUN_DIR [RUN_DIR ...]
+
+RUN_DIR: a sweep's log folder (``episodes/`` and ``turns/`` Parquet below it), e.g. a training run's
+``<out>/cpu-learn-seed0/eval/logs``. Columns: episodes, Budgeted Success %, queries executed per episode, invalid
+actions per episode, mean evidence score, the share of episodes that inspected the schema, the share that hit a
+SQL error (an execution SQLite refused, e.g. "no such column") and, of those, the share that still succeeded, then
+the failure kinds (counts). Markdown on stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+
+def behaviour_rows(run_dirs: list[str]) -> list[dict]:
+    """One dict per (method, budget) with the figures the module docstring lists."""
+    from bapsql.logs.reader import read_episodes, read_turns
+
+    eps = read_episodes(run_dirs, columns=["episode_id", "method", "budget", "success", "queries",
+                                           "invalid_actions", "evidence_score", "failure"])
+    turns = read_turns(run_dirs, columns=["run", "episode_id", "turn", "action", "status"])
+    errored = set(turns.loc[(turns["action"] == "execute_query") & (turns["status"] == "error"), "episode_id"])
+    inspected = set(turns.loc[turns["action"] == "inspect_schema", "episode_id"])
+    rows = []
+    for (method, budget), g in eps.groupby(["method", "budget"], sort=True):
+        err = g[g["episode_id"].isin(errored)]
+        rows.append({
+            "method": method, "budget": budget, "episodes": len(g), "success": 100.0 * g["success"].mean(),
+            "queries": g["queries"].mean(), "invalid": g["invalid_actions"].mean(),
+            "evidence": g["evidence_score"].mean(), "inspect": 100.0 * g["episode_id"].isin(inspected).mean(),
+            "sql_error": 100.0 * len(err) / len(g),
+            "recovered": (100.0 * err["success"].mean()) if len(err) else float("nan"),
+            "failures": Counter(f for f in g["failure"] if f),
+        })
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    head = ("| method | budget | episodes | success % | queries / ep | invalid / ep | evidence | inspect % "
+            "| SQL error % | of those succeeded % | failures |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        fails = ", ".join(f"{k} {v}" for k, v in r["failures"].most_common())
+        lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
+                     f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
+                     f"| {r['recovered']:.0f} | {fails} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    print(render(behaviour_rows(sys.argv[1:])))
