@@ -10,7 +10,9 @@ once per variant and prints before / after success of the served policy and the 
 - ``mask_inverted``: the loss mask flipped (loss on prompt and observation tokens, none on the policy's own);
 - ``mask_ones``: the loss mask all ones (policy tokens plus prompt and observations; position 0 stays 0);
 - ``no_sync``: weight sync after the first one saves the adapter but neither pushes it to the engine nor checks
-  it (a sync whose check would have raised is silenced, to see what the served policy does).
+  it (a sync whose check would have raised is silenced, to see what the served policy does). The loop's
+  served-adapter check (`GRPOTrainer._check_served`) still sees that the engine served an older adapter than the
+  trajectories' policy version and raises `WeightSyncError`, so the test errors; the line says so.
 
 The test (`tests/train/loop/test_learning_regression.py`) asserts ``after − before ≥ MARGIN``; each line says
 whether the variant would pass it. Monkeypatching here only; nothing of it is in the test suite.
@@ -74,6 +76,7 @@ def sabotage(kind: str):
 
 def main() -> None:
     from tests.train.learning_slice import SliceSettings, run_slice
+    from bapsql.errors import WeightSyncError
     from tests.train.loop.test_learning_regression import MARGIN
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -85,8 +88,13 @@ def main() -> None:
     print(json.dumps({"settings": dataclasses.asdict(s), "margin": MARGIN}), flush=True)
     for kind in a.only.split(","):
         t = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix=f"lr-{kind}-") as tmp, sabotage(kind):
-            r = run_slice(s, Path(tmp))
+        try:
+            with tempfile.TemporaryDirectory(prefix=f"lr-{kind}-") as tmp, sabotage(kind):
+                r = run_slice(s, Path(tmp))
+        except WeightSyncError as exc:  # the loop's served-adapter check caught the sabotage: the test errors
+            print(json.dumps({"variant": kind, "passes_test": False, "raised": f"WeightSyncError: {exc}",
+                              "seconds": round(time.perf_counter() - t)}), flush=True)
+            continue
         print(json.dumps({
             "variant": kind, "before": round(r.before, 3), "after": round(r.after, 3),
             "gain": round(r.after - r.before, 3), "passes_test": r.after - r.before >= MARGIN,

@@ -47,7 +47,7 @@ class SliceSettings:
     updates: int = 6
     groups: int = 4  # kept groups per update
     group_size: int = 8
-    max_rounds: int = 2
+    max_rounds: int = 3  # 2 left the last update on one kept group on some CPUs (a lone-group step undid it)
     lora_rank: int = 16
     samples: int = 8  # evaluation episodes per prompt
     eval_tasks: int | None = None  # None: every slice task

@@ -9,18 +9,17 @@ is 0 for the unjustified abstention and ~1 for the success. What GRPO must learn
 with ``execute_query``, not ``abstain``), so a few updates on a few groups move all of them.
 
 GRPO: `bapsql.train.loop.trainer.GRPOTrainer` as `run_grpo_stage` wires it: LoRA r16 on the start policy, HF engine
-in-process, the difficulty filter (band 1–7 of 8, 4 kept groups per update, ≤ 2 rounds), 6 updates of
+in-process, the difficulty filter (band 1–7 of 8, 4 kept groups per update, ≤ 3 rounds), 6 updates of
 ``epochs 2 × mini_batches 2`` = 4 PPO-clipped optimizer steps at lr 1e-3, weight sync with its probe check.
 
 Measured through the engine: success of the served adapter on one group of 8 episodes per task (184 episodes,
 fixed sampling seeds), right after the first sync (the zero LoRA: the start policy) and after the final sync.
 
-Why the margin is 0.15: on this slice the real run goes 0.41 → 0.74 (+0.33); with an advantage of flipped sign
-success falls, with an inverted loss mask it stays within a few points, and with a sync that does not reach the
-engine it is unchanged to the episode (same seeds, same served weights) — `benchmarks/RESULTS.md`, "Learning
-regression test", and `benchmarks/learning_regression_sabotage.py`. One episode's noise on 184 is 0.037 (sd of
-a proportion at 0.5), and before/after share sampling seeds, so 0.15 is ≥ 4 sd above a policy that did not move
-while the real run clears it by about as much again.
+Why the margin is 0.15: on this slice the real run goes 0.41 → 0.66 (+0.25; 0.74 on an older CPU); with an
+advantage of flipped sign success falls to 0, with an inverted loss mask it falls a few points, and a sync that
+does not reach the engine raises `WeightSyncError` (the served-adapter check) — `benchmarks/RESULTS.md`, "Learning
+regression test", and `benchmarks/learning_regression_sabotage.py`. One episode's noise on 184 is 0.037 (sd of a
+proportion at 0.5), and before/after share sampling seeds, so 0.15 is ≥ 4 sd above a policy that did not move.
 """
 
 
