@@ -8,7 +8,7 @@ from bapsql.errors import ConfigError
 from bapsql.train.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU_RECIPES = ("cpu_learn", "cpu_learn_tiny")  # sized for a 2-core machine, not the paper's settings
+CPU_RECIPES = ("cpu_learn", "cpu_learn_recover", "cpu_learn_tiny")  # sized for a 2-core machine, not the paper's settings
 RECIPES = sorted(p for p in (ROOT / "configs" / "train").glob("*.yaml") if p.stem not in CPU_RECIPES)
 
 
