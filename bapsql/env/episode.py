@@ -94,11 +94,13 @@ class BudgetedSQLEnv(ActionHandlers):
         self._seed, self._requests = int(seed), 0
         if getattr(self, "_snapshot", None) is not None:  # live databases: an unfinished previous episode's hold
             self._snapshot.release()
+        self._release_handle()
         self._candidate: str | None = None  # the SQL last estimated (the rule-based rewriter's input)
         self._candidate_est = None
         self._substitutes: dict[str, str] = {}  # policy rewrite -> rule-based SQL (``rewrite: rule``)
         self._executed: list[str] = []  # SQL that ran, in order (official EX uses the final one)
-        self._handle = self.handles.get(task.db_path)
+        self._handle = self.handles.acquire(task.db_path)
+        self._leased = task.db_path
         self._snapshot = EpisodeSnapshot(self._handle.sandbox, busy_timeout_s=self.options.busy_timeout_s,
                                          request_wall_s=self.options.request_wall_s)
         self._official_ex_value: bool | None = None
@@ -292,10 +294,16 @@ class BudgetedSQLEnv(ActionHandlers):
 
     def _finish(self, *, terminated: bool = False, truncated: bool = False) -> None:
         self._done, self.terminated, self.truncated = True, terminated, truncated
-        if self._snapshot.held:  # gold and official EX read the snapshot the episode read (`bapsql.env.live`)
-            self._gold()
+        self._gold()  # read now: the snapshot the episode read (`bapsql.env.live`), and before the handle's lease ends
         self._official_ex_value = self._official_ex()
         self._snapshot.release()
+        self._release_handle()
+
+    def _release_handle(self) -> None:
+        """End the episode's lease on its database handle (`DatabaseHandles.acquire`; idempotent)."""
+        if getattr(self, "_leased", None) is not None:
+            self.handles.release(self._leased)
+            self._leased = None
 
     def _feasible(self) -> bool:
         return self._ledger.feasible and not self._shield_breach
