@@ -15,7 +15,8 @@ from bapsql.models.resolve import resolve_model
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
 
 
-@pytest.mark.parametrize("name", ["smoke", "main", "cluster", "table2", "table4", "table2_demo", "table4_demo"])
+@pytest.mark.parametrize("name", ["smoke", "main", "cluster", "table2", "table4", "table2_demo", "table4_demo",
+                                  "smollm2_heldout_dev", "smollm2_heldout_spider"])
 def test_shipped_configs_load(name):
     cfg = load_experiment(CONFIGS / f"{name}.yaml")
     assert cfg.run and cfg.methods and cfg.budgets and cfg.seeds
