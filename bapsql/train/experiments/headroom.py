@@ -69,7 +69,7 @@ def sql_difference(sql: str | None, gold_sql: str) -> str:
     def canon(q: str, blank: bool) -> str | None:
         try:
             tree = sqlglot.parse_one(q, read="sqlite")
-        except sqlglot.errors.ParseError:
+        except sqlglot.errors.SqlglotError:  # ParseError, and TokenError for text it cannot even tokenize
             return None
         if blank:
             tree = tree.transform(lambda n: exp.Literal.string("?") if isinstance(n, exp.Literal) else n)
