@@ -152,14 +152,17 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                condition: Any = "full", tool_schemas: bool = False, max_length: int = 8192,
                tokenizer_dir: str | Path | None = None, template_kwargs: dict[str, Any] | None = None,
                console: Any = None, env_options: Any = None, per_episode: bool = False, tasks: list | None = None,
-               only_successes: bool = False) -> SFTExport:
+               only_successes: bool = False, slips: Any = None) -> SFTExport:
     """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring), every
     episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite).
 
     ``env_options``: the base `EnvOptions` (e.g. ``prompt_style``; the condition applies on top). ``per_episode``:
     one row per kept episode's token stream (per segment when evidence management rewrote the context) instead of per
     turn, every completion in the loss (``turn`` = its number of turns; ``n`` then counts rows). ``tasks``: play
-    these instead of the split's. ``only_successes``: keep budgeted successes only (no justified abstentions)."""
+    these instead of the split's. ``only_successes``: keep budgeted successes only (no justified abstentions).
+    ``slips``: a `bapsql.policies.slips.SlipBank`; ``workflow.recover_from_error`` episodes then play its tasks with
+    its slips (a policy's own failed first queries) instead of ``tasks`` with synthetic ones (the other workflows'
+    episodes are unchanged, so the workflows' shares stay as listed)."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
@@ -183,6 +186,13 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     counter = HFTokenCounter(tok_dir, template_kwargs=template_kwargs)
     ladder = load_ladder()
     policies = [make_policy(w) for w in workflows]
+    if slips is not None:
+        from bapsql.policies.workflows import RecoverFromError
+
+        policies = [RecoverFromError(slips.slips) if isinstance(p, RecoverFromError) else p for p in policies]
+        if not any(isinstance(p, RecoverFromError) for p in policies):
+            raise ConfigError("a slip bank was given but the workflows do not include workflow.recover_from_error, "
+                              "the only workflow that plays slips")
     levels = [ladder[b] for b in budgets]
     rng = np.random.default_rng(seed)
     rows: list[dict] = []
@@ -204,6 +214,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                     if len(rows) >= n:
                         break
                     task, policy = tasks[int(ti)], policies[played % len(policies)]
+                    if slips is not None and getattr(policy, "slips", None):
+                        task = slips.tasks[int(rng.integers(len(slips)))]
                     budget = levels[int(rng.integers(len(levels)))]
                     turns: list[tuple[list[dict], str, bool]] = []
                     summary = play_episode(env, policy, task, budget, played, on_turn=lambda msgs, text, info: (

@@ -34,7 +34,7 @@ recover_after_rejection     with ≥ 2 queries, execute the naive draft without 
 
 from __future__ import annotations
 
-from typing import Generator
+from typing import Generator, Mapping, Sequence
 
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery,
@@ -276,8 +276,16 @@ class RecoverFromError(ScriptedPolicy):
 
     name = "workflow.recover_from_error"
 
+    def __init__(self, slips: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``slips``: task_id -> a policy's own failed first queries on that task (`bapsql.policies.slips`); a task
+        that has some stages one of them (the episode's rng picks) instead of the synthetic slip."""
+        super().__init__()
+        self.slips = dict(slips or {})
+
     def script(self, ctx: Context) -> Script:
-        wrong = misnamed_column_sql(ctx.hint.gold_sql, ctx.task.question, ctx.rng)
+        own = self.slips.get(ctx.task.task_id)
+        wrong = (own[int(ctx.rng.integers(len(own)))] if own
+                 else misnamed_column_sql(ctx.hint.gold_sql, ctx.task.question, ctx.rng))
         if wrong is None or rem(ctx, "turns") < 3:
             yield from answer_with_gold(ctx)
             return

@@ -118,6 +118,9 @@ class SFTSection:
     budgets: tuple[str, ...] = LEVELS  # the levels episodes are drawn at
     per_episode: bool = False  # one sequence per episode, every completion in the loss (else turn pairs)
     only_successes: bool = False  # keep budgeted successes only (no justified abstentions)
+    # a slip bank (`python -m jobs.harvest_slips`): workflow.recover_from_error episodes play its tasks with a
+    # policy's own failed first queries instead of synthetic misnamed columns
+    slips: str | None = None
     # one SFT model for every seed: the first seed's, trained once (<out_dir>/<name>-seed<seeds[0]>/sft); the
     # seeds then differ in GRPO only, so a pooled GRPO − SFT comparison measures GRPO's variance, not SFT's
     shared: bool = False

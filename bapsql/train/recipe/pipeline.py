@@ -133,7 +133,8 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
                    condition=cfg.condition, max_length=cfg.sft.max_length, tokenizer_dir=base,
                    template_kwargs=cfg.model.chat_template_kwargs, workflows=cfg.sft.workflows or WORKFLOW_NAMES,
                    budgets=cfg.sft.budgets, env_options=EnvOptions(prompt_style=cfg.prompt_style),
-                   per_episode=cfg.sft.per_episode, only_successes=cfg.sft.only_successes)
+                   per_episode=cfg.sft.per_episode, only_successes=cfg.sft.only_successes,
+                   slips=_slip_bank(cfg))
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -145,6 +146,15 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
               if k != "history"}
     atomic_write_text(sft_dir(cfg, seed) / "result.json", json.dumps(record, indent=1, default=str) + "\n")
     return result
+
+
+def _slip_bank(cfg: TrainConfig) -> Any:
+    """``sft.slips`` loaded (`bapsql.policies.slips.SlipBank`), or None when the config names none."""
+    if not cfg.sft.slips:
+        return None
+    from bapsql.policies.slips import SlipBank
+
+    return SlipBank.load(cfg.sft.slips)
 
 
 def _count_rows(path: Path) -> int:
