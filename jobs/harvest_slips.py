@@ -18,7 +18,8 @@ import click
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The training config of the run whose rollouts to read (configs/train/*.yaml).")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The bank to write (.jsonl).")
-@click.option("--seeds", default=None, help="Comma-separated seeds whose GRPO rollouts to read (default: the config's).")
+@click.option("--seeds", default=None,
+              help="Comma-separated seeds whose GRPO rollouts to read (default: the config's).")
 @click.option("--out-dir", default=None, help="Override the config's out_dir (where the run folders are).")
 def main(config_path: str, out_path: str, seeds: str | None, out_dir: str | None) -> None:
     """Harvest a policy's own failed first queries from its GRPO rollouts."""
@@ -42,7 +43,7 @@ def main(config_path: str, out_path: str, seeds: str | None, out_dir: str | None
         runs = [(cfg.run_dir(seed) / "grpo" / "rollouts" / "turns" / part, grpo_tasks(cfg, seed, root))
                 for seed in chosen]
         bank = harvest_slips(runs)
-        path = bank.save(out_path)
+        path = bank.save(out_path, root)
     except BapsqlError as exc:
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(2)

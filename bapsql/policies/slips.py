@@ -4,12 +4,14 @@
 Its synthetic slip renames a column to a word of the question (`misnamed_column_sql`); a small model's own slips are
 paraphrases of real names (``publication_year`` for ``year``). `harvest_slips` reads trajectory logs (the ``turns``
 Parquet of `bapsql.logs`) and keeps, per task, the first `execute_query` of each episode that SQLite refuses with
-"no such column" or "no such table" (checked again on the database: the logs keep a sample of observations); `SlipBank` pairs those queries with their tasks (gold SQL included, for the
-workflow oracle) and is saved as JSON Lines, one task per line: ``{"task": {...}, "slips": [sql, ...]}``.
+"no such column" or "no such table" (checked again on the database: the logs keep a sample of observations);
+`SlipBank` pairs those queries with their tasks (gold SQL included, for the workflow oracle) and is saved as JSON
+Lines, one task per line: ``{"task": {...}, "slips": [sql, ...]}``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,20 +43,27 @@ class SlipBank:
     def n_slips(self) -> int:
         return sum(len(v) for v in self.slips.values())
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, root: str | Path | None = None) -> Path:
+        """Write the bank; with ``root`` (the benchmark folder) database paths under it are stored relative to it,
+        so the bank loads on another machine that materialised the same benchmark."""
         from bapsql.data.benchmark import task_to_json
         from bapsql.files import atomic_write_text
 
-        lines = [json.dumps({"task": task_to_json(t), "slips": list(self.slips[t.task_id])}, sort_keys=True)
-                 for t in self.tasks]
+        def record(t: Task) -> dict:
+            obj = task_to_json(t)
+            if root is not None and Path(t.db_path).resolve().is_relative_to(Path(root).resolve()):
+                obj["db_path"] = str(Path(t.db_path).resolve().relative_to(Path(root).resolve()))
+            return {"task": obj, "slips": list(self.slips[t.task_id])}
+
+        lines = [json.dumps(record(t), sort_keys=True) for t in self.tasks]
         path = Path(path)
         atomic_write_text(path, "".join(line + "\n" for line in lines))
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "SlipBank":
-        """Read a bank written by `save`; `DataError` naming the file and line when a record is malformed or its
-        database file is missing (the bank stores absolute database paths: harvest it again on a new machine)."""
+    def load(cls, path: str | Path, root: str | Path | None = None) -> "SlipBank":
+        """Read a bank written by `save`, relative database paths resolved against ``root`` (the benchmark folder);
+        `DataError` naming the file and line when a record is malformed or its database file is missing."""
         from bapsql.data.benchmark import task_from_json
 
         path = Path(path)
@@ -68,12 +77,15 @@ class SlipBank:
             try:
                 obj = json.loads(line)
                 task, sqls = task_from_json(obj["task"]), tuple(str(s) for s in obj["slips"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                if not Path(task.db_path).is_absolute() and root is not None:
+                    task = dataclasses.replace(task, db_path=str(Path(root) / task.db_path))
+            except (json.JSONDecodeError, KeyError, TypeError, DataError) as exc:
                 raise DataError(f"{path}:{i}: malformed slip record ({exc}); expected "
                                 '{"task": {...}, "slips": [sql, ...]}') from exc
             if not Path(task.db_path).is_file():
                 raise DataError(f"{path}:{i}: database {task.db_path} of task {task.task_id} does not exist; "
-                                "harvest the bank again on this machine (`python -m jobs.harvest_slips`)")
+                                "load the bank with its benchmark's folder (relative paths) or harvest it again "
+                                "on this machine (`python -m jobs.harvest_slips`)")
             tasks.append(task)
             slips[task.task_id] = sqls
         if not tasks:
@@ -128,8 +140,6 @@ def harvest_slips(runs: Sequence[tuple[str | Path, Sequence[Task]]]) -> SlipBank
     on a task not given is dropped. Slips are first queries that failed and that SQLite refuses on the task's
     database for a name it lacks (`is_slip`). With several runs a task id gets the suffix ``.r<i>`` (GRPO seeds draw
     different questions under the same ids). `DataError` when there is no slip."""
-    import dataclasses
-
     import pyarrow.dataset as ds
 
     cols = ["episode_id", "task_id", "turn", "action", "sql", "status"]

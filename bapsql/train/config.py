@@ -13,7 +13,9 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     pretrain: {enabled, hidden_size, num_layers, ..., augment_rounds, corpus_episodes, steps, batch, lr}
     prompt_style: full | terse    # the env's system prompt in SFT export, rollouts and evaluation
     sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
-          8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp}
+          8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp, workflows, budgets,
+          per_episode, only_successes, shared, slips: JSONL | null (a policy's own failed first queries,
+          `python -m jobs.harvest_slips`, replayed by workflow.recover_from_error)}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.loop.overlap),

@@ -59,6 +59,7 @@ class SliceSettings:
     samples: int = 8  # evaluation episodes per prompt
     eval_tasks: int | None = None  # None: every slice task
     max_new_tokens: int = 96
+    micro_batch_tokens: int = 8192  # the learner's tokens per forward/backward (activations grow with it)
     threads: int = 1  # torch threads of the learner, the engine and the start policy
     engine: str = "hf"  # rollout engine: "hf" (transformers, in-process) or "vllm" (vLLM, adapter merged at sync)
     seed: int = 0
@@ -181,7 +182,7 @@ def slice_config(s: SliceSettings, model_dir: Path, out: Path) -> Any:
         "lora": {"rank": s.lora_rank, "alpha": 2 * s.lora_rank, "dropout": 0.0},
         "data": {"benchmark": "demo", "split": "train"},
         "grpo": {"lr": s.lr, "updates": s.updates, "temperature": s.temperature, "top_p": 1.0,
-                 "max_new_tokens": s.max_new_tokens, "micro_batch_tokens": 8192, "sft_init": "none",
+                 "max_new_tokens": s.max_new_tokens, "micro_batch_tokens": s.micro_batch_tokens, "sft_init": "none",
                  "epochs": s.epochs, "mini_batches": s.mini_batches},
         "reward": {"variant": "full"},
         "filter": {"group_size": s.group_size, "min_success": 1, "max_success": s.group_size - 1,

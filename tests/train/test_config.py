@@ -8,7 +8,8 @@ from bapsql.errors import ConfigError
 from bapsql.train.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU_RECIPES = ("cpu_learn", "cpu_learn_recover", "cpu_learn_tiny")  # sized for a 2-core machine, not the paper's settings
+# sized for a 2-core machine, not the paper's settings
+CPU_RECIPES = ("cpu_learn", "cpu_learn_recover", "cpu_learn_slips", "cpu_learn_tiny")
 RECIPES = sorted(p for p in (ROOT / "configs" / "train").glob("*.yaml") if p.stem not in CPU_RECIPES)
 
 
@@ -41,6 +42,23 @@ def test_tiny_cpu_learning_recipe_scores_held_out_tasks_of_the_training_database
     assert (cfg.grpo.prompts, cfg.grpo.schedule) == ("augmented", "cosine")
     # explores at T = 1 and keeps the update that validates best on held-out fresh questions
     assert cfg.grpo.temperature == 1.0 and cfg.grpo.validate_every > 0 and cfg.grpo.keep == "best"
+
+
+def test_slips_recipe_replays_own_slips_in_recovery_episodes(tmp_path):
+    """cpu_learn_slips: the recovery recipe with a slip bank and two SFT epochs; a missing bank stops the SFT
+    stage with the command that writes it."""
+    from bapsql.errors import DataError
+    from bapsql.train.recipe.pipeline import _slip_bank
+
+    cfg = load_train_config(ROOT / "configs" / "train" / "cpu_learn_slips.yaml")
+    base = load_train_config(ROOT / "configs" / "train" / "cpu_learn_recover.yaml")
+    assert cfg.sft.slips and cfg.sft.epochs == 2 and "workflow.recover_from_error" in cfg.sft.workflows
+    assert (cfg.grpo, cfg.filter, cfg.rollout) == (base.grpo, base.filter, base.rollout)  # GRPO as before
+    assert base.sft.slips is None and _slip_bank(base) is None
+    missing = load_train_config(ROOT / "configs" / "train" / "cpu_learn_slips.yaml",
+                                {"sft.slips": str(tmp_path / "none.jsonl")})
+    with pytest.raises(DataError, match="jobs.harvest_slips"):
+        _slip_bank(missing)
 
 
 def test_smoke_recipe_is_cpu_sized():

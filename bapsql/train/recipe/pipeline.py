@@ -152,9 +152,10 @@ def _slip_bank(cfg: TrainConfig) -> Any:
     """``sft.slips`` loaded (`bapsql.policies.slips.SlipBank`), or None when the config names none."""
     if not cfg.sft.slips:
         return None
+    from bapsql.data.tasks import resolve_benchmark
     from bapsql.policies.slips import SlipBank
 
-    return SlipBank.load(cfg.sft.slips)
+    return SlipBank.load(cfg.sft.slips, resolve_benchmark(cfg.data.benchmark))
 
 
 def _count_rows(path: Path) -> int:
