@@ -4,7 +4,7 @@
 Its synthetic slip renames a column to a word of the question (`misnamed_column_sql`); a small model's own slips are
 paraphrases of real names (``publication_year`` for ``year``). `harvest_slips` reads trajectory logs (the ``turns``
 Parquet of `bapsql.logs`) and keeps, per task, the first `execute_query` of each episode that SQLite refuses with
-"no such column" or "no such table" (checked again on the database: the logs keep a sample of observations);
+"no such column" or "no such table" (checked again by the env's sandbox: the logs keep a sample of observations);
 `SlipBank` pairs those queries with their tasks (gold SQL included, for the workflow oracle) and is saved as JSON
 Lines, one task per line: ``{"task": {...}, "slips": [sql, ...]}``.
 """
@@ -99,19 +99,16 @@ def is_slip(message: str) -> bool:
     return any(e in text for e in SLIP_ERRORS)
 
 
-def prepare_error(db_path: str | Path, sql: str) -> str | None:
-    """SQLite's error when preparing ``sql`` on the database (opened read-only; ``EXPLAIN`` compiles the statement
-    without running it), or None when it prepares."""
-    import sqlite3
+def prepare_error(sandbox, sql: str) -> str | None:
+    """The error the environment's sandbox (`bapsql.db.sandbox.Sandbox`, as the shield opens it) gives ``sql`` at
+    prepare time (compiled with EXPLAIN, never run), or None when it would run."""
+    from bapsql.errors import SQLExecutionError, SQLRejected
 
-    conn = sqlite3.connect(f"file:{Path(db_path).resolve()}?mode=ro", uri=True)
     try:
-        conn.execute("EXPLAIN " + sql).fetchall()
+        sandbox.check(sql)
         return None
-    except (sqlite3.Error, sqlite3.Warning) as exc:
+    except (SQLExecutionError, SQLRejected) as exc:
         return str(exc)
-    finally:
-        conn.close()
 
 
 def first_query_errors(turns: Iterable[Mapping]) -> dict[str, list[str]]:
@@ -142,6 +139,8 @@ def harvest_slips(runs: Sequence[tuple[str | Path, Sequence[Task]]]) -> SlipBank
     different questions under the same ids). `DataError` when there is no slip."""
     import pyarrow.dataset as ds
 
+    from bapsql.db.sandbox import Sandbox
+
     cols = ["episode_id", "task_id", "turn", "action", "sql", "status"]
     tasks: list[Task] = []
     slips: dict[str, tuple[str, ...]] = {}
@@ -154,7 +153,8 @@ def harvest_slips(runs: Sequence[tuple[str | Path, Sequence[Task]]]) -> SlipBank
             task = by_id.get(task_id)
             if task is None:
                 continue
-            kept = tuple(s for s in found[task_id] if is_slip(prepare_error(task.db_path, s) or ""))
+            with Sandbox(task.db_path) as sandbox:
+                kept = tuple(s for s in found[task_id] if is_slip(prepare_error(sandbox, s) or ""))
             if kept:
                 task = dataclasses.replace(task, task_id=f"{task_id}.r{i}") if len(runs) > 1 else task
                 tasks.append(task)

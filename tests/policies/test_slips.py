@@ -28,11 +28,13 @@ def shop_tasks(mini_tasks):
 
 
 def test_prepare_error_tells_a_missing_name_from_other_refusals(shop_tasks):
-    db = shop_tasks[0].db_path
-    assert prepare_error(db, "SELECT COUNT(*) FROM orders") is None
-    missing_col = prepare_error(db, "SELECT COUNT(*) FROM orders WHERE shipped_flag = 1")
-    missing_table = prepare_error(db, "SELECT COUNT(*) FROM shipments")
-    syntax = prepare_error(db, "SELECT COUNT(*) FROM orders WHERE")
+    from bapsql.db.sandbox import Sandbox
+
+    with Sandbox(shop_tasks[0].db_path) as db:
+        assert prepare_error(db, "SELECT COUNT(*) FROM orders") is None
+        missing_col = prepare_error(db, "SELECT COUNT(*) FROM orders WHERE shipped_flag = 1")
+        missing_table = prepare_error(db, "SELECT COUNT(*) FROM shipments")
+        syntax = prepare_error(db, "SELECT COUNT(*) FROM orders WHERE")
     assert is_slip(missing_col) and is_slip(missing_table)
     assert syntax is not None and not is_slip(syntax)
 
@@ -41,10 +43,13 @@ def test_prepare_error_compiles_without_running(shop_tasks):
     """A slip is judged by compiling it (EXPLAIN) on a read-only connection: a logged write never runs."""
     import sqlite3
 
+    from bapsql.db.sandbox import Sandbox
+
     db = shop_tasks[0].db_path
     count = lambda: sqlite3.connect(db).execute("SELECT COUNT(*) FROM orders").fetchone()[0]  # noqa: E731
     before = count()
-    prepare_error(db, "DELETE FROM orders")
+    with Sandbox(db) as sandbox:
+        assert prepare_error(sandbox, "DELETE FROM orders") is not None  # refused by the sandbox
     assert count() == before > 0
 
 
