@@ -17,7 +17,7 @@ once per variant and prints before / after success of the served policy and the 
 
 The test (`tests/train/loop/test_learning_regression.py`) asserts ``after − before ≥ MARGIN``; each line says
 whether the variant would pass it. ``--backbone smollm2`` runs the SmolLM2 slice
-(`tests.train.learning_slice.SMOLLM2`), which no test runs yet (see its comment); its lines use the same margin.
+(`tests.train.learning_slice.SMOLLM2`), which no test runs (see its comment); its lines use the same margin.
 Monkeypatching here only; nothing of it is in the test suite.
 """
 
@@ -106,6 +106,7 @@ def main() -> None:
             "sampled_success": [round(h["success/all"], 2) for h in r.history],
             "kept_groups": [int(h["filter/kept_groups"]) for h in r.history],
             "sync_discriminative": [int(h.get("sync/discriminative", 0)) for h in r.history],
+            "sync_mismatch": [round(h["sync/logprob_mismatch_mean"], 4) for h in r.history],
             "stage_seconds": {k: round(v) for k, v in r.seconds.items()},
             "seconds": round(time.perf_counter() - t)}), flush=True)
 
