@@ -4,7 +4,8 @@ headroom on the held-out validation questions (`bapsql.train.experiments.headroo
 Plays the validation questions once greedy and ``filter.group_size`` times at ``grpo.temperature`` with the seed's
 SFT model (or the LoRA ``--adapter`` on it, e.g. ``<run>/grpo/adapter``), prints per level greedy success, sampled
 success, pass@k, the tasks only sampling solves ("sharpenable": what GRPO can add by sharpening) and the tasks
-greedy decoding solves but most samples fail ("at risk"), and writes ``<run dir>/headroom[-<adapter>].json``.
+greedy decoding solves but most samples fail ("at risk"), and writes ``<run dir>/headroom[-<adapter>-<digest>].json``
+(`bapsql.train.experiments.headroom.result_name`: two adapters never share a file).
 Needs the SFT stage's merged model (``python -m jobs.grpo --config X --stages pretrain,sft``).
 """
 

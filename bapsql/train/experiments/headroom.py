@@ -20,8 +20,8 @@ the training databases, none a train, test or GRPO-prompt question) once by the 
   (`sql_difference`): ``same`` (the answer was wrong, not the query), ``literal`` (only a string or number differs:
   a value miscopied from the question), ``structure`` or ``no_query``.
 
-`python -m jobs.headroom --config ... [--adapter DIR]` writes ``<run dir>/headroom[-<name>].json`` and prints the
-table. `pass_at_k`, `sql_difference` and `level_headroom` are pure.
+`python -m jobs.headroom --config ... [--adapter DIR]` writes ``<run dir>/headroom[-<name>].json`` (`result_name`)
+and prints the table. `pass_at_k`, `sql_difference`, `level_headroom` and `result_name` are pure.
 """
 
 from __future__ import annotations
@@ -155,6 +155,18 @@ def render_headroom(rows: Sequence[LevelHeadroom]) -> str:
     return "\n".join(lines)
 
 
+def result_name(adapter: str | Path | None) -> str:
+    """The name of a measurement's JSON file and rollout folder: ``headroom`` for the SFT model, else
+    ``headroom-<parent>-<folder>-<digest>``, the digest (8 hex) of the adapter's absolute path, so two adapters whose
+    last two folders share names (``<run A>/grpo/adapter``, ``<run B>/grpo/adapter``) never share a file."""
+    if adapter is None:
+        return "headroom"
+    import hashlib
+
+    path = Path(adapter).absolute()
+    return f"headroom-{path.parent.name}-{path.name}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+
+
 def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, levels: Sequence[str] | None = None,
                      console: Any = None) -> tuple[list[LevelHeadroom], Path]:
     """Play the validation questions greedy and sampled (module docstring) with seed ``seed``'s SFT model, or with
@@ -174,7 +186,7 @@ def measure_headroom(cfg: Any, seed: int, *, adapter: str | Path | None = None, 
     root = resolve_benchmark(cfg.data.benchmark)
     base = policy_base(cfg, seed, console)
     tasks = validation_tasks(cfg, seed, root, exclude=grpo_tasks(cfg, seed, root))
-    name = "headroom" if adapter is None else f"headroom-{Path(adapter).parent.name}-{Path(adapter).name}"
+    name = result_name(adapter)
     run_dir = cfg.run_dir(seed)
     with ray_context(cfg, run_dir) if cfg.rollout.use_ray else contextlib.nullcontext():
         rollouts = build_rollouts(cfg, base=base, tasks=tasks, run_dir=run_dir / name, run_name=f"{cfg.name}-{name}",

@@ -148,3 +148,12 @@ def test_measure_headroom_names_a_bad_level_and_a_folder_that_is_not_an_adapter(
         measure_headroom(cfg, 0, levels=("L",))
     with pytest.raises(ConfigError, match="no adapter_config.json"):
         measure_headroom(cfg, 0, adapter=tmp_path)
+
+
+def test_result_names_keep_two_runs_adapters_apart(tmp_path):
+    from bapsql.train.experiments.headroom import result_name
+
+    a, b = tmp_path / "run-a" / "grpo" / "adapter", tmp_path / "run-b" / "grpo" / "adapter"
+    assert result_name(None) == "headroom"
+    assert result_name(a).startswith("headroom-grpo-adapter-") and result_name(a) != result_name(b)
+    assert result_name(a) == result_name(str(a))
