@@ -9,7 +9,7 @@ from bapsql.train.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 # sized for a 2-core machine, not the paper's settings
-CPU_RECIPES = ("cpu_learn", "cpu_learn_recover", "cpu_learn_slips", "cpu_learn_tiny")
+CPU_RECIPES = ("cpu_learn", "cpu_learn_recover", "cpu_learn_slips", "cpu_learn_split", "cpu_learn_tiny")
 RECIPES = sorted(p for p in (ROOT / "configs" / "train").glob("*.yaml") if p.stem not in CPU_RECIPES)
 
 
@@ -59,6 +59,17 @@ def test_slips_recipe_replays_own_slips_in_recovery_episodes(tmp_path):
                                 {"sft.slips": str(tmp_path / "none.jsonl")})
     with pytest.raises(DataError, match="jobs.harvest_slips"):
         _slip_bank(missing)
+
+
+def test_split_recipe_is_the_slips_recipe_with_grpo_on_the_train_questions():
+    """cpu_learn_split: only GRPO's prompt source differs, so the slips run's SFT model serves it unchanged."""
+    import dataclasses
+
+    cfg = load_train_config(ROOT / "configs" / "train" / "cpu_learn_split.yaml")
+    base = load_train_config(ROOT / "configs" / "train" / "cpu_learn_slips.yaml")
+    assert base.grpo.prompts == "augmented" and cfg.grpo.prompts == "split"
+    assert cfg.grpo == dataclasses.replace(base.grpo, prompts="split")
+    assert (cfg.sft, cfg.model, cfg.lora, cfg.data) == (base.sft, base.model, base.lora, base.data)
 
 
 def test_smoke_recipe_is_cpu_sized():
