@@ -49,10 +49,12 @@ class SlipBank:
         from bapsql.data.benchmark import task_to_json
         from bapsql.files import atomic_write_text
 
+        base = Path(root).resolve() if root is not None else None
+
         def record(t: Task) -> dict:
-            obj = task_to_json(t)
-            if root is not None and Path(t.db_path).resolve().is_relative_to(Path(root).resolve()):
-                obj["db_path"] = str(Path(t.db_path).resolve().relative_to(Path(root).resolve()))
+            obj, db = task_to_json(t), Path(t.db_path).resolve()
+            if base is not None and db.is_relative_to(base):
+                obj["db_path"] = str(db.relative_to(base))
             return {"task": obj, "slips": list(self.slips[t.task_id])}
 
         lines = [json.dumps(record(t), sort_keys=True) for t in self.tasks]
