@@ -45,7 +45,9 @@ def _check_value(value: Any, tp: Any, where: str) -> Any:
             try:
                 return _check_value(value, arm, where)
             except ConfigError as exc:
-                errors.append(str(exc))
+                errors.append(exc)
+        if len(errors) == 1:  # ``X | None`` given something that is not None: X's own error names the bad key
+            raise errors[0]
         raise ConfigError(f"{where}: {value!r} matches none of {tp}")
     if origin is typing.Literal:
         if value not in args:

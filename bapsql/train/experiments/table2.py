@@ -5,6 +5,8 @@ Per training seed ``k`` (run dir ``<out_dir>/<name>-seed<k>``, the recipe's layo
 
 - ``pretrain`` (when ``train.pretrain.enabled``) and ``sft`` (BAP-SQL SFT under the training condition): the
   recipe's stages;
+- ``protocol`` (with ``prompting_model: protocol``): the protocol-only adapter of the prompting rows
+  (`bapsql.train.experiments.protocol`: budget-blind workflows under each prompting condition);
 - ``rl_full`` and ``rl_sql``: GRPO from that one SFT model with ``reward.variant`` ``full`` (BAP-SQL RL) and
   ``correctness`` (matched SQL-RL), in ``rl_full/`` and ``rl_sql/``: same prompts, filter, update budget and seed;
 - ``eval``: one sweep (`bapsql.rollout.sweep.run_sweep`) over the rows of `table2_rows` at ``train.eval.budgets`` on
@@ -21,7 +23,9 @@ continues from its latest checkpoint (``rl_*/checkpoints``) and the sweep skips 
 Config (``configs/experiments/table2_cpu.yaml``)::
 
     train: {extends: ../train/cpu_learn_tiny.yaml, name: table2-cpu, ...}   # a training config (TrainConfig), inline
-    prompting_model: base | sft        # the model of the prompting rows (sft when the base model cannot act)
+    prompting_model: base | sft | protocol   # the model of the prompting rows (protocol: a protocol-only adapter,
+                                             # for an instruct model that cannot act zero-shot)
+    protocol: {workflows, conditions, budgets, export_pairs, epochs}   # with prompting_model: protocol
     prompting_conditions: [raw, dashboard, adaptive_posthoc]
     reference_condition: dashboard     # the prompting row Table 2 is compared against
     quick: {...}                       # the --quick preset: keys merged over this document (train.* included)
@@ -40,8 +44,9 @@ from bapsql.config import from_mapping, read_yaml
 from bapsql.errors import ConfigError
 from bapsql.files import atomic_write_text
 from bapsql.train.config import TrainConfig, _deep_merge, resolve_extends
+from bapsql.train.experiments.protocol import ProtocolSettings, protocol_model_dir
 
-SEED_STAGES: tuple[str, ...] = ("pretrain", "sft", "rl_full", "rl_sql", "eval")
+SEED_STAGES: tuple[str, ...] = ("pretrain", "protocol", "sft", "rl_full", "rl_sql", "eval")
 STAGES: tuple[str, ...] = SEED_STAGES + ("report",)
 RL_REWARDS: dict[str, str] = {"rl_full": "full", "rl_sql": "correctness"}  # stage -> reward.variant
 Action = Literal["run", "resume", "reuse", "skip"]
@@ -52,10 +57,11 @@ class Table2Config:
     """The experiment (module docstring). ``preset`` and ``reduced`` are set by `load_table2_config`."""
 
     train: TrainConfig
-    prompting_model: Literal["base", "sft"] = "base"
+    prompting_model: Literal["base", "sft", "protocol"] = "base"
     prompting_conditions: tuple[str, ...] = ("raw", "dashboard", "adaptive_posthoc")
     reference_condition: str = "dashboard"
     description: str = ""
+    protocol: ProtocolSettings | None = None
     preset: Literal["full", "quick"] = "full"
     reduced: tuple[str, ...] = ()  # what the quick preset changed, as "key: full value -> quick value"
 
@@ -70,6 +76,10 @@ class Table2Config:
         if self.reference_condition not in self.prompting_conditions:
             raise ConfigError(f"reference_condition: {self.reference_condition!r} is not one of prompting_conditions "
                               f"{list(self.prompting_conditions)}")
+        if (self.prompting_model == "protocol") != (self.protocol is not None):
+            raise ConfigError("protocol: set it exactly when prompting_model is protocol (it trains that model), "
+                              f"got prompting_model {self.prompting_model!r} and protocol "
+                              f"{'set' if self.protocol is not None else 'missing'}")
         t = self.train
         if not (t.sft.enabled and t.grpo.enabled) or t.grpo.sft_init != "merged":
             raise ConfigError("train: Table 2 trains SFT and then GRPO from it: keep sft.enabled, grpo.enabled and "
@@ -156,17 +166,18 @@ def _with_train(raw: dict, train: TrainConfig) -> Table2Config:
         raise ConfigError(f"unknown key(s) {unknown} for Table2Config; allowed keys are "
                           f"{sorted(fields | {'train', 'quick'})}")
     checked = from_mapping(_Rest, {k: v for k, v in raw.items() if k != "train"})
-    return Table2Config(train=train, **dataclasses.asdict(checked))
+    return Table2Config(train=train, **{f.name: getattr(checked, f.name) for f in dataclasses.fields(_Rest)})
 
 
 @dataclass(frozen=True)
 class _Rest:
     """The file's keys beside ``train``, type-checked by `from_mapping` (their defaults are Table2Config's)."""
 
-    prompting_model: Literal["base", "sft"] = "base"
+    prompting_model: Literal["base", "sft", "protocol"] = "base"
     prompting_conditions: tuple[str, ...] = ("raw", "dashboard", "adaptive_posthoc")
     reference_condition: str = "dashboard"
     description: str = ""
+    protocol: ProtocolSettings | None = None
 
 
 def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | None = None) -> Table2Config:
@@ -189,7 +200,7 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
     before, after = _flatten(dataclasses.asdict(full.train)), _flatten(dataclasses.asdict(small.train))
     reduced = tuple(f"train.{k}: {before.get(k)} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v)
     reduced += tuple(f"{k}: {getattr(full, k)} -> {getattr(small, k)}" for k in ("prompting_model",
-                     "prompting_conditions", "reference_condition") if getattr(full, k) != getattr(small, k))
+                     "prompting_conditions", "reference_condition", "protocol") if getattr(full, k) != getattr(small, k))
     return dataclasses.replace(small, preset="quick", reduced=reduced) if quick else full
 
 
@@ -220,6 +231,7 @@ def record_attempt(path: Path, stage: str, action: str, seconds: float, finished
 def _output_exists(cfg: Table2Config, seed: int, stage: str) -> bool:
     run = cfg.train.run_dir(seed)
     return {"pretrain": (run / "pretrain" / "model" / "config.json").is_file(),
+            "protocol": (protocol_model_dir(cfg.train, seed) / "config.json").is_file(),
             "sft": (run / "sft" / "merged" / "config.json").is_file(),
             "rl_full": (run / "rl_full" / "merged" / "config.json").is_file(),
             "rl_sql": (run / "rl_sql" / "merged" / "config.json").is_file(),
@@ -239,7 +251,8 @@ def _partial(cfg: Table2Config, seed: int, stage: str) -> bool:
 
 
 def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Action]:
-    """What each of the seed's stages will do: ``skip`` (not wanted, or pretraining disabled), ``reuse`` (recorded
+    """What each of the seed's stages will do: ``skip`` (not wanted, pretraining disabled, or no protocol model
+    asked for), ``reuse`` (recorded
     finished and its output is there), ``resume`` (a checkpoint or logged episodes to continue from), else ``run``."""
     unknown = sorted(set(wanted) - set(STAGES))
     if unknown:
@@ -247,7 +260,8 @@ def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STA
     done = read_stages(stages_path(cfg, seed))
     plan: dict[str, Action] = {}
     for stage in SEED_STAGES:
-        if stage not in wanted or (stage == "pretrain" and not cfg.train.pretrain.enabled):
+        if stage not in wanted or (stage == "pretrain" and not cfg.train.pretrain.enabled) or (
+                stage == "protocol" and cfg.prompting_model != "protocol"):
             plan[stage] = "skip"
         elif done.get(stage, {}).get("finished") and _output_exists(cfg, seed, stage):
             plan[stage] = "reuse"
@@ -299,6 +313,8 @@ def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, 
               "bap_rl": run / "rl_full" / "merged"}
     if cfg.prompting_model == "base":
         models = {"base": base_model(cfg.train, console, seed=seed), **models}
+    elif cfg.prompting_model == "protocol":
+        models = {"protocol": protocol_model_dir(cfg.train, seed), **models}
     for name, path in models.items():
         if not (path / "config.json").is_file():
             raise ConfigError(f"eval: no model for {name} at {path}; run the stages before eval")

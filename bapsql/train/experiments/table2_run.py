@@ -35,6 +35,10 @@ def _run_seed_stage(cfg: Table2Config, seed: int, stage: str, action: Action, co
         from bapsql.train.recipe.pretrain import run_pretrain
 
         run_pretrain(t, seed, run, console=console)
+    elif stage == "protocol":
+        from bapsql.train.experiments.protocol import run_protocol_stage
+
+        run_protocol_stage(t, cfg.protocol, seed, console=console)
     elif stage == "sft":
         from bapsql.train.recipe.pipeline import run_sft_stage
 
@@ -70,7 +74,7 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, console: 
         run = t.run_dir(seed)
         run.mkdir(parents=True, exist_ok=True)
         _say(console, f"seed {seed}: " + ", ".join(f"{s} {a}" for s, a in plan.items()))
-        need_ray = plan["sft"] in ("run", "resume") or (
+        need_ray = plan["sft"] in ("run", "resume") or plan["protocol"] in ("run", "resume") or (
             t.rollout.use_ray and any(plan[s] in ("run", "resume") for s in ("rl_full", "rl_sql", "eval")))
         if plan["pretrain"] != "skip":  # alone, before any Ray process takes a core
             _timed(cfg, seed, "pretrain", plan["pretrain"], console)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,7 @@ def _touch_model(path: Path) -> None:
 def test_plan_reuses_finished_stages_and_resumes_partial_ones(tmp_path):
     cfg = load_table2_config(_write(tmp_path, _doc()), out_dir=str(tmp_path / "runs"))
     run = cfg.train.run_dir(0)
-    assert plan_stages(cfg, 0) == {s: "run" for s in SEED_STAGES}
+    assert plan_stages(cfg, 0) == {s: "skip" if s == "protocol" else "run" for s in SEED_STAGES}
     assert plan_stages(cfg, 0, ("sft", "eval"))["pretrain"] == "skip"
     _touch_model(run / "pretrain" / "model")
     _touch_model(run / "sft" / "merged")
@@ -121,7 +122,8 @@ def test_plan_reuses_finished_stages_and_resumes_partial_ones(tmp_path):
     ckpt.mkdir(parents=True)
     (ckpt / "state.json").write_text("{}")  # a complete checkpoint folder (bapsql.train.learner.checkpoint)
     plan = plan_stages(cfg, 0)
-    assert plan == {"pretrain": "reuse", "sft": "reuse", "rl_full": "resume", "rl_sql": "run", "eval": "run"}
+    assert plan == {"pretrain": "reuse", "protocol": "skip", "sft": "reuse", "rl_full": "resume", "rl_sql": "run",
+                    "eval": "run"}
     (run / "table2" / "eval" / "episodes").mkdir(parents=True)
     (run / "table2" / "eval" / "episodes" / "part-0.parquet").write_bytes(b"")
     assert plan_stages(cfg, 0)["eval"] == "resume"
@@ -256,3 +258,70 @@ def test_both_rl_stages_record_the_sft_adapter_they_start_from_and_differ_only_i
     write_grpo_start(rl_config(other, "rl_sql"), 0, sft_dir(t, 0) / "merged", run / "rl_sql")
     pair = rl_pair(cfg, 0)
     assert not pair.same_start and pair.differences == ("grpo.lr", "reward.variant")
+
+
+# ------------------------------------------------------------------------------------------------ protocol model
+SMOLLM2 = REPO / "configs" / "experiments" / "table2_smollm2.yaml"
+
+
+def test_smollm2_config_runs_the_prompting_rows_on_a_protocol_only_adapter():
+    from bapsql.policies.registry import WORKFLOW_NAMES
+    from bapsql.train.experiments.protocol import BUDGET_AWARE
+
+    cfg = load_table2_config(SMOLLM2)
+    t = cfg.train
+    assert t.model.base == "smollm2-135m-instruct" and not t.pretrain.enabled
+    assert [r.method for r in table2_rows(cfg)] == [
+        "model:protocol@raw", "model:protocol@dashboard", "model:protocol@adaptive_posthoc",
+        "model:sft@full", "model:sql_rl@full", "model:bap_rl@full"]
+    # BAP-SQL SFT: all nine workflows at all four levels; the protocol adapter: budget-blind workflows only
+    assert t.sft.workflows is None and len(WORKFLOW_NAMES) == 9 and t.sft.budgets == ("XS", "S", "M", "L")
+    assert not set(cfg.protocol.workflows) & BUDGET_AWARE
+    assert set(cfg.protocol.conditions) == set(cfg.prompting_conditions)
+    assert t.eval.budgets == ("XS", "S", "M", "L") and t.budgets.levels == ("XS", "S", "M", "L")
+    plan = plan_stages(cfg, 0)
+    assert plan["pretrain"] == "skip" and plan["protocol"] == "run"
+    quick = load_table2_config(SMOLLM2, quick=True)
+    assert quick.protocol.export_pairs < cfg.protocol.export_pairs and quick.train.name != t.name
+
+
+def test_protocol_model_is_reused_from_its_own_run(tmp_path):
+    from bapsql.train.experiments.protocol import protocol_model_dir
+
+    cfg = load_table2_config(_write(tmp_path, _doc(prompting_model="protocol", protocol={"export_pairs": 6})),
+                             out_dir=str(tmp_path / "runs"))
+    merged = protocol_model_dir(cfg.train, 0)
+    assert merged == tmp_path / "runs" / "t2-protocol-seed0" / "sft" / "merged"
+    assert plan_stages(cfg, 0)["protocol"] == "run"
+    _touch_model(merged)
+    record_attempt(stages_path(cfg, 0), "protocol", "run", 1.0, True)
+    assert plan_stages(cfg, 0)["protocol"] == "reuse"
+    assert [r.engine for r in table2_rows(cfg)][:3] == ["protocol"] * 3
+
+
+@pytest.mark.parametrize("extra,named", [
+    ({"prompting_model": "protocol"}, "protocol: set it exactly when"),
+    ({"protocol": {"export_pairs": 6}}, "protocol: set it exactly when"),
+    ({"prompting_model": "protocol", "protocol": {"workflows": ["workflow.estimate_rewrite"]}},
+     "protocol.workflows[0]: workflow.estimate_rewrite adapts to the budget"),
+    ({"prompting_model": "protocol", "protocol": {"conditions": ["nope"]}}, "protocol.conditions[0]"),
+    ({"prompting_model": "protocol", "protocol": {"budgets": ["XL"]}}, "protocol.budgets[0]"),
+    ({"prompting_model": "protocol", "protocol": {"export_pairs": 2}}, "protocol.export_pairs"),
+    ({"prompting_model": "protocol", "protocol": {"epochs": 1, "lr": 1.0}}, "unknown key(s) ['lr']"),
+])
+def test_bad_protocol_settings_are_named(tmp_path, extra, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_table2_config(_write(tmp_path, _doc(**extra)))
+
+
+def test_protocol_pairs_split_evenly_over_the_conditions():
+    from hypothesis import given, strategies as st
+
+    from bapsql.train.experiments.protocol import split_pairs
+
+    @given(st.integers(1, 500), st.integers(1, 6))
+    def check(total, parts):
+        got = split_pairs(total, parts)
+        assert sum(got) == total and len(got) == parts and max(got) - min(got) <= 1
+
+    check()

@@ -1,0 +1,122 @@
+"""The protocol-only adapter of Table 2's prompting rows (issue 34): an instruct model that cannot act zero-shot (every
+SmolLM2-135M-Instruct action was invalid under `raw` and `full`: README "SmolLM2 zero-shot") learns the tool format
+and valid actions, and nothing of the budget-aware behaviour, before it is prompted under Raw, Dashboard and Adaptive
+post-hoc.
+
+What it is trained on (``ProtocolSettings``): SFT episodes of budget-blind workflows only (by default
+``workflow.direct_aggregation`` — execute the gold query, answer citing it — and ``workflow.schema_first`` — inspect
+the tables first), never those that estimate, rewrite, manage evidence or abstain, played in equal shares under each
+prompting condition (so no row's prompt format is the one it saw more) at the listed budgets. The SFT itself is the
+training config's (LoRA, learning rate, batch), with the settings below in place of ``sft.workflows``, ``sft.budgets``,
+``sft.export_pairs`` and ``sft.epochs``; its run is ``<out_dir>/<name>-protocol-seed<k>`` (the first seed's with
+``sft.shared``), its merged model ``.../sft/merged``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bapsql.errors import ConfigError
+from bapsql.train.config import TrainConfig
+
+# the workflows that adapt to the budget (paper "Training"): a protocol-only adapter must not see them
+BUDGET_AWARE: frozenset[str] = frozenset({
+    "workflow.estimate_rewrite", "workflow.drill_down", "workflow.evidence_compression",
+    "workflow.justified_abstention", "workflow.restore_after_archive", "workflow.recover_after_rejection"})
+
+
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """The protocol-only SFT (module docstring). ``conditions``: the prompting conditions whose prompts it plays, in
+    equal shares (``export_pairs`` split evenly); ``only_successes`` keeps budgeted successes only."""
+
+    workflows: tuple[str, ...] = ("workflow.direct_aggregation", "workflow.schema_first")
+    conditions: tuple[str, ...] = ("raw", "dashboard", "adaptive_posthoc")
+    budgets: tuple[str, ...] = ("XS", "S", "M", "L")
+    export_pairs: int = 96
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        from bapsql.budgets import LEVELS
+        from bapsql.env.conditions import condition as condition_named
+        from bapsql.policies.registry import WORKFLOW_NAMES
+
+        for key in ("workflows", "conditions", "budgets"):
+            if not getattr(self, key):
+                raise ConfigError(f"protocol.{key}: list at least one")
+        for i, w in enumerate(self.workflows):
+            if w not in WORKFLOW_NAMES:
+                raise ConfigError(f"protocol.workflows[{i}]: {w!r} is not a workflow; use one of {list(WORKFLOW_NAMES)}")
+            if w in BUDGET_AWARE:
+                raise ConfigError(f"protocol.workflows[{i}]: {w} adapts to the budget; a protocol-only adapter trains "
+                                  f"on budget-blind workflows ({sorted(set(WORKFLOW_NAMES) - BUDGET_AWARE)})")
+        for i, c in enumerate(self.conditions):
+            try:
+                condition_named(c)
+            except ConfigError as exc:
+                raise ConfigError(f"protocol.conditions[{i}]: {exc}") from exc
+        for i, b in enumerate(self.budgets):
+            if b not in LEVELS:
+                raise ConfigError(f"protocol.budgets[{i}]: {b!r} is not a budget level; use one of {list(LEVELS)}")
+        if self.export_pairs < len(self.conditions):
+            raise ConfigError(f"protocol.export_pairs: {self.export_pairs} is fewer than one pair per condition "
+                              f"({len(self.conditions)})")
+        if self.epochs < 1:
+            raise ConfigError(f"protocol.epochs: must be at least 1, got {self.epochs}")
+
+
+def protocol_train_config(train: TrainConfig, settings: ProtocolSettings) -> TrainConfig:
+    """The training config of the protocol SFT: ``train`` with its own run name and the protocol's SFT settings."""
+    sft = dataclasses.replace(train.sft, workflows=settings.workflows, budgets=settings.budgets,
+                              export_pairs=settings.export_pairs, epochs=settings.epochs, data=None, slips=None)
+    return dataclasses.replace(train, name=f"{train.name}-protocol", sft=sft)
+
+
+def protocol_model_dir(train: TrainConfig, seed: int) -> Path:
+    """The merged protocol-only model of seed ``seed`` (a folder; it exists once the stage ran)."""
+    from bapsql.train.recipe.pipeline import sft_dir
+
+    return sft_dir(dataclasses.replace(train, name=f"{train.name}-protocol"), seed) / "merged"
+
+
+def split_pairs(total: int, parts: int) -> list[int]:
+    """``total`` pairs over ``parts`` conditions, as evenly as integers allow (the first get the remainder)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def run_protocol_stage(train: TrainConfig, settings: ProtocolSettings, seed: int, *, console: Any = None) -> Path:
+    """Export the protocol pairs under each condition, concatenate them into the protocol run's ``sft_pairs.parquet``
+    and train the SFT on them (Ray must be up, as for `run_sft_stage`). Returns the merged model folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bapsql.env.records import EnvOptions
+    from bapsql.policies.sft_export import export_sft
+    from bapsql.train.recipe.pipeline import base_model, run_sft_stage
+
+    cfg = protocol_train_config(train, settings)
+    seed = cfg.seeds[0] if cfg.sft.shared else seed
+    run_dir = cfg.run_dir(seed)
+    pairs = run_dir / "sft_pairs.parquet"
+    if not pairs.is_file():
+        base = base_model(cfg, console, seed=seed)
+        parts = []
+        for cond, n in zip(settings.conditions, split_pairs(settings.export_pairs, len(settings.conditions))):
+            part = run_dir / f"sft_pairs-{cond}.parquet"
+            if console is not None:
+                console.print(f"[cyan]protocol SFT: exporting {n} pairs under {cond} into {part} ...[/cyan]")
+            export_sft(cfg.data.benchmark, cfg.data.split, n, part, seed=seed, condition=cond,
+                       max_length=cfg.sft.max_length, tokenizer_dir=base, template_kwargs=cfg.model.chat_template_kwargs,
+                       workflows=settings.workflows, budgets=settings.budgets,
+                       env_options=EnvOptions(prompt_style=cfg.prompt_style), per_episode=cfg.sft.per_episode,
+                       only_successes=cfg.sft.only_successes)
+            table = pq.read_table(part)
+            parts.append(table.append_column("condition", pa.array([cond] * table.num_rows, pa.string())))
+        tmp = pairs.with_suffix(".parquet.tmp")
+        pq.write_table(pa.concat_tables(parts), tmp)
+        tmp.replace(pairs)  # whole or absent: a rerun never trains on a partial file
+    run_sft_stage(cfg, seed, console=console)
+    return protocol_model_dir(train, seed)
