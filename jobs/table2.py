@@ -10,6 +10,7 @@ import sys
 import click
 
 DEFAULT_CONFIG = "configs/experiments/table2_cpu.yaml"
+DEFAULT_STAGES = "pretrain,protocol,sft,rl_full,rl_sql,eval,report"  # every stage (tests: STAGES in this order)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,7 +18,7 @@ DEFAULT_CONFIG = "configs/experiments/table2_cpu.yaml"
               type=click.Path(dir_okay=False), help="Table 2 experiment YAML.")
 @click.option("--quick", is_flag=True, help="The config's quick: preset (a first look, under 30 min on 2 cores).")
 @click.option("--out-dir", default=None, help="Override train.out_dir (runs go to DIR/<name>-seed<k>).")
-@click.option("--stages", default="pretrain,sft,rl_full,rl_sql,eval,report", show_default=True,
+@click.option("--stages", default=DEFAULT_STAGES, show_default=True,
               help="Comma-separated stages; finished ones are reused, GRPO and the sweep resume where they stopped.")
 def main(config_path: str, quick: bool, out_dir: str | None, stages: str) -> None:
     """Train and evaluate the rows of the paper's Table 2 and write the report."""

@@ -127,3 +127,10 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
         "reward.variant"}
     pair = rl_pair(load_table2_config(cfg, out_dir=str(out)), 0)
     assert pair.same_start and pair.differences == ("reward.variant",)
+
+
+def test_default_stages_are_every_stage_in_order():
+    from bapsql.train.experiments.table2 import STAGES
+    from jobs.table2 import DEFAULT_STAGES
+
+    assert tuple(DEFAULT_STAGES.split(",")) == STAGES
