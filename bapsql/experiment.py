@@ -63,6 +63,30 @@ MODEL_PREFIX = "model."
 MODEL_LEN_MARGIN = 64  # prompt ids may exceed the env's context accounting by a few template tokens
 
 
+def model_window(model: str | Path) -> int | None:
+    """The context window (``max_position_embeddings`` of ``config.json``) of a local model folder; None when
+    ``model`` is not one (a registry name not fetched yet, a hub id, a served model name)."""
+    import json
+
+    cfg = Path(model) / "config.json"
+    if not cfg.is_file():
+        return None
+    window = json.loads(cfg.read_text()).get("max_position_embeddings")
+    return int(window) if isinstance(window, (int, float)) and window > 0 else None
+
+
+def engine_len_need(max_context: int, model: str | Path) -> int:
+    """The ``max_model_len`` an engine serving ``model`` needs for a largest context budget of ``max_context``
+    tokens: the budget plus `MODEL_LEN_MARGIN`, but no more than the model's own window (`model_window`). A model
+    whose window is below the budget (SmolLM2's 8,192 positions against L's 11,000 context tokens) can never hold
+    more than its window, whatever the budget allows: the window caps it. Its episodes play the level with the live
+    context the window holds (`bapsql.rollout.agent.window_budget`), so the env's own accounting ends an episode
+    that would overflow the window, as it ends one that would overflow the budget."""
+    need = max_context + MODEL_LEN_MARGIN
+    window = model_window(model)
+    return need if window is None else min(need, window)
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How model policies sample (every model method of the sweep). ``template_kwargs``: chat-template options
@@ -340,7 +364,7 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         if m.startswith(MODEL_PREFIX):
             name = cfg.engine_of(m)
             ec = engines[name]
-            need = max(ladder[b].context_tokens for b in cfg.budgets_of(m)) + MODEL_LEN_MARGIN
+            need = engine_len_need(max(ladder[b].context_tokens for b in cfg.budgets_of(m)), ec.model)
             if ec.max_model_len < need:
                 raise ConfigError(f"engines.{name}.max_model_len: {ec.max_model_len} cannot hold the "
                                   f"largest context budget {m} runs; set it to at least {need}, or narrow its "

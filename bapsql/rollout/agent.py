@@ -74,6 +74,21 @@ class GenerationRequest:
     params: "SamplingParams"
 
 
+def window_budget(budget: "Budget", max_model_len: int | None) -> "Budget":
+    """``budget`` with its live-context channel capped at what a model window of ``max_model_len`` tokens holds
+    (less `bapsql.experiment.MODEL_LEN_MARGIN`, the template tokens the env's accounting may miss); unchanged when
+    the window holds the budget's context or is unknown. The level keeps its name: a model whose window is below a
+    level's context (SmolLM2's 8,192 positions at L's 11,000) plays that level with the context it can hold, and the
+    dashboard shows that figure, never room the model does not have."""
+    import dataclasses
+
+    from bapsql.experiment import MODEL_LEN_MARGIN
+
+    if max_model_len is None or budget.context_tokens + MODEL_LEN_MARGIN <= max_model_len:
+        return budget
+    return dataclasses.replace(budget, context_tokens=max(0, max_model_len - MODEL_LEN_MARGIN))
+
+
 def turn_seed(seed: int, turn: int) -> int:
     """The sampling seed of turn ``turn`` of an episode whose own seed is ``seed`` (31-bit)."""
     return (int(seed) * 1_000_003 + int(turn) * 7_919 + 1) & 0x7FFFFFFF
@@ -117,10 +132,12 @@ class ModelAgent:
         return bool(self.env.done)
 
     def reset(self, task: "Task", budget: "Budget") -> None:
-        """Start the episode and render its first prompt (system + user messages) once."""
+        """Start the episode and render its first prompt (system + user messages) once. The live context is capped
+        at the model's window: with ``max_model_len`` below the budget's context (+ `MODEL_LEN_MARGIN`), the env
+        plays the budget with ``context_tokens`` = ``max_model_len - MODEL_LEN_MARGIN`` (`window_budget`)."""
         from bapsql.policies.chat import TokenTrajectory
 
-        _obs, self.info = self.env.reset(task, budget, seed=self.seed)
+        _obs, self.info = self.env.reset(task, window_budget(budget, self.config.max_model_len), seed=self.seed)
         self.trajectory = TokenTrajectory(self.template, self.env.messages, **self.config.template_kwargs)
 
     def request(self) -> GenerationRequest:

@@ -103,8 +103,26 @@ def test_completions_are_capped_by_the_context_headroom_and_the_model_length(han
     req = agent.request()
     assert req.params.max_tokens == agent.info["max_completion_tokens"] < 10_000
     n = len(_agent(handles, template, tasks[0], level="L").request().prompt_ids)
-    agent = _agent(handles, template, tasks[0], level="L", max_tokens=10_000, max_model_len=n + 9)
-    assert agent.request().params.max_tokens == 9
+    agent = _agent(handles, template, tasks[0], level="L", max_tokens=10_000, max_model_len=2 * n)
+    req = agent.request()  # the window (2n) leaves at most n tokens after the prompt
+    assert req.params.max_tokens == agent.info["max_completion_tokens"] and n - 80 < req.params.max_tokens <= n
+
+
+def test_a_model_window_below_the_budget_caps_the_live_context(handles, template, tasks):
+    """L allows 11,000 context tokens; a model holding n + 100 + margin plays L with n + 100: the env's own
+    accounting (headroom, dashboard, truncation) then keeps every prompt and completion inside the window."""
+    from bapsql.experiment import MODEL_LEN_MARGIN
+    from bapsql.rollout.agent import window_budget
+
+    n = len(_agent(handles, template, tasks[0], level="L").request().prompt_ids)
+    window = n + 100 + MODEL_LEN_MARGIN
+    agent = _agent(handles, template, tasks[0], level="L", max_tokens=10_000, max_model_len=window)
+    assert agent.env.ledger.budget.context_tokens == n + 100 and agent.env.ledger.budget.level == "L"
+    req = agent.request()
+    assert 0 < req.params.max_tokens == agent.info["max_completion_tokens"] < 120
+    assert len(req.prompt_ids) + req.params.max_tokens <= window
+    budget = agent.env.ledger.budget
+    assert window_budget(budget, None) is budget and window_budget(budget, 10**6) is budget
 
 
 def test_a_length_capped_completion_is_an_invalid_action_and_still_token_exact(handles, template, tasks):

@@ -8,7 +8,9 @@
 - ``gate/``: the same runs with the SFT row as reference: the Table 3 primary gate of each RL row against SFT;
 - ``rl_*_seed<k>.png``: the GRPO learning curves; ``table2.json`` (`Table2Result`) and ``table2.md``, which sets the
   miniature table beside the paper's Table 2 and lists, computed from these results, which of the paper's
-  orderings hold here (`orderings`).
+  orderings hold here (`orderings`), then the mechanism diagnostics: per row and level the share of episodes with a
+  policy-visible warning and of warned episodes that rewrite (the sweep's warning flow), and per RL stage and level
+  the spread inside its training groups (`bapsql.train.experiments.mechanism`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from bapsql.analysis.analyze import Summary
-from bapsql.train.experiments.table2 import SEED_STAGES, Row, Table2Config, read_stages, stages_path, table2_rows
+from bapsql.train.experiments.mechanism import GroupSpread, read_group_spread
+from bapsql.train.experiments.table2 import (
+    RL_REWARDS, SEED_STAGES, Row, Table2Config, read_stages, stages_path, table2_rows,
+)
 
 LEVELS: tuple[str, ...] = ("XS", "S", "M", "L")
 # The paper's Table 2 (BIRD-derived dev set, Qwen-class 4B backbone, three adapters): XS, S, M, L, Frontier Score.
@@ -76,6 +81,8 @@ class Table2Result:
     episodes: int
     databases: int
     notes: tuple[str, ...]
+    # "<stage> seed <k>" -> the spread inside that GRPO stage's training groups, per level
+    spread: dict[str, tuple[GroupSpread, ...]] = dataclasses.field(default_factory=dict)
 
 
 def _sign(x: float) -> int:
@@ -159,6 +166,10 @@ def _f(x: float | None, signed: bool = False) -> str:
     return f"{x:+.1f}" if signed else f"{x:.1f}"
 
 
+def _sd(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "—"
+
+
 def _ci(ci: tuple[float, float] | None) -> str:
     return f" [{_f(ci[0])}, {_f(ci[1])}]" if ci and all(math.isfinite(v) for v in ci) else ""
 
@@ -175,9 +186,12 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
     if res.preset == "quick":
         lines += ["**Quick preset** (`--quick`): a first look, smaller than the experiment. It reduced: "
                   + "; ".join(f"`{x}`" for x in res.reduced) + ".", ""]
-    prompting = ("the base model" + (" (pretrained here)" if t.pretrain.enabled else f" ({t.model.base})")
-                 if cfg.prompting_model == "base" else
-                 "the **SFT model** (prompting_model: sft: the base model cannot act on its own)")
+    prompting = {"base": "the base model" + (" (pretrained here)" if t.pretrain.enabled else f" ({t.model.base})"),
+                 "sft": "the **SFT model** (prompting_model: sft: the base model cannot act on its own)",
+                 "protocol": "a **protocol-only adapter** on the base model (SFT on the budget-blind workflows "
+                             + ", ".join(f"`{w}`" for w in (cfg.protocol.workflows if cfg.protocol else ()))
+                             + " under " + ", ".join(f"`{c}`" for c in (cfg.protocol.conditions if cfg.protocol
+                                                                         else ())) + ")"}[cfg.prompting_model]
     lines += [f"Backbone `{t.model.base}`{' + in-domain pretraining' if t.pretrain.enabled else ''}; benchmark "
               f"`{t.data.benchmark}`, split `{t.data.eval_split}`; {res.episodes} episodes over {res.databases} "
               f"database(s); adapter seeds {list(t.seeds)}; {t.grpo.updates} GRPO update(s) per RL row. The prompting "
@@ -222,6 +236,7 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
                      f"{_f(c.quality.lower_95, True) if c else '—'} | {_f(p[1], True) if p else '—'} | "
                      f"{(_f(c.tokens.estimate, True) + _ci((c.tokens.ci_low, c.tokens.ci_high))) if c else '—'} | "
                      f"{(_f(p[2], True) + _ci((p[3], p[4]))) if p else '—'} |")
+    lines += _mechanism_lines(res, s3)
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     lines += ["", "## Time per stage (s)", "", "| seed | " + " | ".join(SEED_STAGES) + " |",
               "|---|" + "---|" * len(SEED_STAGES)]
@@ -233,6 +248,26 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
     if res.notes:
         lines += ["", "## Notes", ""] + [f"- {x}" for x in res.notes]
     return "\n".join(lines) + "\n"
+
+
+def _mechanism_lines(res: Table2Result, s: Summary) -> list[str]:
+    """The mechanism diagnostics (module docstring) as markdown lines."""
+    rows = {r.logged: r.label for r in res.rows}
+    lines = ["", "## Mechanism diagnostics", "",
+             "Evaluation sweep (greedy): share of episodes with at least one policy-visible warning, and of those the "
+             "share that rewrote a query.", "", "| row | level | episodes | ≥ 1 warning (%) | rewrite given warning (%) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {rows[w.method]} | {w.budget} | {w.episodes} | {_f(w.warned_pct)} | "
+              f"{_f(w.rewrite_given_warning_pct)} |" for w in s.warning_flow if w.method in rows]
+    lines += ["", "GRPO training groups (8 samples of one question at one level): the full reward differs from "
+              "correctness only in groups whose successes differ in query count or evidence score.", "",
+              "| stage | level | groups | mixed | ≥ 2 successes | queries differ (%) | evidence differs (%) | "
+              "full reward differs (%) | SD queries | SD evidence |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for stage, spreads in res.spread.items():
+        lines += [f"| {stage} | {g.budget} | {g.groups} | {g.mixed} | {g.multi} | {_f(g.queries_differ_pct)} | "
+                  f"{_f(g.evidence_differ_pct)} | {_f(g.full_differs_pct)} | {_sd(g.queries_sd)} | "
+                  f"{_sd(g.evidence_sd)} |" for g in spreads]
+    return lines
 
 
 def write_report(cfg: Table2Config, *, console: Any = None) -> Path:
@@ -254,7 +289,9 @@ def write_report(cfg: Table2Config, *, console: Any = None) -> Path:
                       progress=say)
     figures = [f"table2/{f}" for f in ("frontier.png", "quality_tokens.png") if (out / "table2" / f).is_file()]
     figures += _learning_curves(cfg, out)
-    res = table2_result(cfg, s2, s3)
+    res = dataclasses.replace(table2_result(cfg, s2, s3), spread={
+        f"{stage} seed {k}": sp for k in t.seeds for stage in RL_REWARDS
+        if (sp := read_group_spread(t.run_dir(k) / stage / "rollouts"))})
     times = {k: read_stages(stages_path(cfg, k)) for k in t.seeds}
     (out / "table2.json").write_text(json.dumps(_jsonable(dataclasses.asdict(res) | {"stages": times}), indent=1)
                                      + "\n")

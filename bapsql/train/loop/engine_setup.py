@@ -1,5 +1,6 @@
 """The rollout engine of a training stage: the recipe's ``rollout.engine`` mapping made into an `EngineConfig` for one
-model folder, sized for the largest context budget it will serve (GRPO: the training levels; evaluation: its own),
+model folder, sized for the largest context budget it will serve (GRPO: the training levels; evaluation: its own)
+or the model's own window when that is smaller (`bapsql.experiment.engine_len_need`),
 with the recipe's ``model.chat_template_kwargs`` (the only place a recipe sets them)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 from bapsql.budgets import load_ladder
 from bapsql.errors import ConfigError
-from bapsql.experiment import MODEL_LEN_MARGIN
+from bapsql.experiment import engine_len_need
 from bapsql.train.config import TrainConfig
 
 
@@ -20,7 +21,7 @@ def engine_config(cfg: TrainConfig, model: Path, *, lora: bool, levels: tuple[st
     from bapsql.rollout.engines.base import load_engine_config
 
     ladder = load_ladder()
-    need = max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)) + MODEL_LEN_MARGIN
+    need = engine_len_need(max(ladder[b].context_tokens for b in (levels or cfg.budgets.levels)), model)
     options = dict(cfg.model.chat_template_kwargs)
     own = cfg.rollout.engine.get("chat_template_kwargs")
     if own is not None and own != options:

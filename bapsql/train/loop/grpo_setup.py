@@ -117,16 +117,18 @@ def build_rollouts(cfg: TrainConfig, *, base: Path, tasks: Sequence[Any], run_di
 
         backend = LocalBackend()
     template_kwargs = dict(cfg.model.chat_template_kwargs)
+    engine = engine_config(cfg, base, lora=True)
+    # completions also stop where the engine's window ends (a model window below the largest budget's context)
     agent = AgentConfig(model_dir=str(base), max_tokens=cfg.grpo.max_new_tokens, temperature=cfg.grpo.temperature,
-                        top_p=cfg.grpo.top_p, template_kwargs=template_kwargs)
+                        top_p=cfg.grpo.top_p, max_model_len=engine.max_model_len, template_kwargs=template_kwargs)
     eval_agent = None
     if validation:
         e = cfg.eval
         eval_agent = AgentConfig(model_dir=str(base), max_tokens=e.max_new_tokens, temperature=e.temperature,
-                                 top_p=e.top_p, template_kwargs=template_kwargs)
+                                 top_p=e.top_p, max_model_len=engine.max_model_len, template_kwargs=template_kwargs)
     return TrainingRollouts(
         backend, run_name=run_name, method=method_name(r.method, cfg.condition), agent=agent,
-        engine=engine_config(cfg, base, lora=True), tasks=[*tasks, *validation], group_size=cfg.filter.group_size,
+        engine=engine, tasks=[*tasks, *validation], group_size=cfg.filter.group_size,
         env_workers=max(1, min(r.env_workers, len({t.db_id for t in tasks}))), engine_replicas=r.engine_replicas,
         env_options=EnvOptions(prompt_style=cfg.prompt_style).under(cfg.condition),
         writer_dir=str(run_dir / "rollouts") if r.write_trajectories else None,

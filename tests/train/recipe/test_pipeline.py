@@ -34,6 +34,27 @@ def test_engine_config_fits_the_largest_budget_and_enables_lora(tmp_path):
         engine_config(small, tmp_path, lora=False)
 
 
+def test_a_model_window_below_the_largest_budget_caps_the_engine(tmp_path):
+    """SmolLM2 has 8,192 positions, L allows 11,000 context tokens: the engine is sized to the window, not refused;
+    a model folder without a window keeps the budget's length; a config set below the window is still refused."""
+    import json
+
+    from bapsql.experiment import MODEL_LEN_MARGIN, engine_len_need, model_window
+
+    pytest.importorskip("bapsql.rollout.engines.base")
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
+    assert model_window(tmp_path) == 8192 and model_window(tmp_path / "absent") is None
+    assert engine_len_need(11_000, tmp_path) == 8192 and engine_len_need(3_500, tmp_path) == 3_500 + MODEL_LEN_MARGIN
+    assert engine_len_need(11_000, "a-served-model-name") == 11_000 + MODEL_LEN_MARGIN
+    cfg = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)),
+                      rollout=RolloutSection(engine={"kind": "hf", "dtype": "float32"}))
+    assert engine_config(cfg, tmp_path, lora=False).max_model_len == 8192
+    small = TrainConfig(name="x", model=ModelSection(base=str(tmp_path)),
+                        rollout=RolloutSection(engine={"kind": "hf", "max_model_len": 4096}))
+    with pytest.raises(ConfigError, match="set at least 8192"):
+        engine_config(small, tmp_path, lora=False)
+
+
 def test_the_engine_carries_the_recipes_chat_template_kwargs_set_in_one_place(tmp_path):
     thinking_off = {"enable_thinking": False}
     cfg = TrainConfig(name="x", model=ModelSection(base=str(tmp_path), chat_template_kwargs=thinking_off),
