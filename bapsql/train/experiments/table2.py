@@ -252,8 +252,8 @@ def _partial(cfg: Table2Config, seed: int, stage: str) -> bool:
 
 def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Action]:
     """What each of the seed's stages will do: ``skip`` (not wanted, pretraining disabled, or no protocol model
-    asked for), ``reuse`` (recorded
-    finished and its output is there), ``resume`` (a checkpoint or logged episodes to continue from), else ``run``."""
+    asked for), ``reuse`` (recorded finished and its output is there), ``resume`` (a checkpoint or logged episodes
+    to continue from), else ``run``."""
     unknown = sorted(set(wanted) - set(STAGES))
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")

@@ -236,7 +236,7 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
                      f"{_f(c.quality.lower_95, True) if c else '—'} | {_f(p[1], True) if p else '—'} | "
                      f"{(_f(c.tokens.estimate, True) + _ci((c.tokens.ci_low, c.tokens.ci_high))) if c else '—'} | "
                      f"{(_f(p[2], True) + _ci((p[3], p[4]))) if p else '—'} |")
-    lines += _mechanism_lines(res, s3)
+    lines += _mechanism_lines(res, s3, t.filter.group_size)
     lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     lines += ["", "## Time per stage (s)", "", "| seed | " + " | ".join(SEED_STAGES) + " |",
               "|---|" + "---|" * len(SEED_STAGES)]
@@ -250,7 +250,7 @@ def render_markdown(cfg: Table2Config, res: Table2Result, s3: Summary, times: di
     return "\n".join(lines) + "\n"
 
 
-def _mechanism_lines(res: Table2Result, s: Summary) -> list[str]:
+def _mechanism_lines(res: Table2Result, s: Summary, group_size: int) -> list[str]:
     """The mechanism diagnostics (module docstring) as markdown lines."""
     rows = {r.logged: r.label for r in res.rows}
     lines = ["", "## Mechanism diagnostics", "",
@@ -259,8 +259,8 @@ def _mechanism_lines(res: Table2Result, s: Summary) -> list[str]:
              "|---|---|---|---|---|"]
     lines += [f"| {rows[w.method]} | {w.budget} | {w.episodes} | {_f(w.warned_pct)} | "
               f"{_f(w.rewrite_given_warning_pct)} |" for w in s.warning_flow if w.method in rows]
-    lines += ["", "GRPO training groups (8 samples of one question at one level): the full reward differs from "
-              "correctness only in groups whose successes differ in query count or evidence score.", "",
+    lines += ["", f"GRPO training groups ({group_size} samples of one question at one level): the full reward "
+              "differs from correctness only in groups whose successes differ in query count or evidence score.", "",
               "| stage | level | groups | mixed | ≥ 2 successes | queries differ (%) | evidence differs (%) | "
               "full reward differs (%) | SD queries | SD evidence |", "|---|---|---|---|---|---|---|---|---|---|"]
     for stage, spreads in res.spread.items():

@@ -214,13 +214,24 @@ def test_orderings_are_computed_from_the_results(tmp_path):
 def test_write_report_writes_both_analyses_and_table2_md(tmp_path):
     from bapsql.train.experiments.table2_report import write_report
 
+    from bapsql.analysis.synthetic import write_run
+    from tests.analysis.helpers import episodes_table
+
     cfg = _planted_cfg(tmp_path)
+    # one BAP-SQL RL training group at XS whose two successes ran 1 and 2 queries: the full reward ranks them
+    rollouts = [{"method": "model.policy@full", "budget": "XS", "task_id": "q1", "group_id": "q1@XS", "sample": i,
+                 "condition": "full", "success": ok, "queries": q, "evidence_score": 0.75}
+                for i, (ok, q) in enumerate([(True, 1), (True, 2), (False, 1)])]
+    write_run(cfg.train.run_dir(0) / "rl_full" / "rollouts", episodes_table(rollouts), None)
     out = write_report(cfg)
     res = json.loads((out / "table2.json").read_text())
+    assert res["spread"]["rl_full seed 0"][0]["full_differs_pct"] == 100.0 and "rl_sql seed 0" not in res["spread"]
     assert {r["key"] for r in res["rows"]} == {"raw", "dashboard", "adaptive_posthoc", "sft", "sql_rl", "bap_rl"}
     assert res["stages"]["0"]["eval"]["seconds"] == 7.0
     md = (out / "table2.md").read_text()
     assert "Table 3 gate" in md and "![table2/frontier.png](table2/frontier.png)" in md
+    assert "## Mechanism diagnostics" in md and "| rl_full seed 0 | XS | 1 | 1 | 1 | 100.0 | 0.0 | 100.0 |" in md
+    assert "| BAP-SQL RL | XS |" in md  # the sweep's warning flow, per row and level
     assert (out / "table2" / "report.md").is_file() and (out / "table2" / "frontier.png").is_file()
     assert json.loads((out / "gate" / "summary.json").read_text())["reference"] == "model.sft@full"
     assert json.loads((out / "table2" / "summary.json").read_text())["reference"] == "model.base@dashboard"
