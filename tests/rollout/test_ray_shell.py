@@ -55,6 +55,39 @@ def test_a_job_driver_joins_its_cluster_instead_of_starting_one(monkeypatch):
     assert seen["local"] == {"num_cpus": 2, "temp_dir": "/tmp/x", "include_dashboard": False}
 
 
+def test_a_head_that_does_not_come_up_is_started_once_more_in_a_fresh_temp_dir(monkeypatch, tmp_path):
+    """Ray's GCS process once died before writing its port (a crash inside Ray): local_ray retries that once, in a
+    new temp dir; any other start error, or a second failure, reaches the caller."""
+    from types import SimpleNamespace
+
+    calls, shut = [], []
+    fail = {"times": 1, "message": "Timed out waiting for file /tmp/x/gcs_server_port_abc"}
+
+    def fake_init(**kw):
+        calls.append(kw["_temp_dir"])
+        if len(calls) <= fail["times"]:
+            raise RuntimeError(fail["message"])
+        return SimpleNamespace(address_info={"address": "127.0.0.1:1"})
+
+    monkeypatch.setattr(ray_shell.session.ray, "init", fake_init)
+    monkeypatch.setattr(ray_shell.session.ray, "shutdown", lambda: shut.append(1))
+    first = ray_shell.short_temp_dir(tmp_path / "r")
+    with ray_shell.local_ray(num_cpus=1, temp_dir=first) as info:
+        assert len(calls) == 2 and calls[0] == first and calls[1] != first and info["temp_dir"] == calls[1]
+    assert len(shut) == 2  # after the failed start, and on exit
+    calls.clear()
+    fail["times"] = 2
+    with pytest.raises(RuntimeError, match="Timed out"):
+        with ray_shell.local_ray(num_cpus=1, temp_dir=ray_shell.short_temp_dir(tmp_path / "r")):
+            pass
+    calls.clear()
+    fail.update(times=1, message="some other start error")
+    with pytest.raises(RuntimeError, match="some other"):
+        with ray_shell.local_ray(num_cpus=1):
+            pass
+    assert len(calls) == 1
+
+
 def test_the_storage_check_names_what_a_node_cannot_see_or_write(tmp_path):
     from bapsql.rollout.ray_shell.nodes import check_storage
 

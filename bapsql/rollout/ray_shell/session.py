@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -39,8 +40,22 @@ def local_ray(*, num_cpus: int, temp_dir: str | Path | None = None, include_dash
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     tmp = str(temp_dir) if temp_dir is not None else short_temp_dir()
     runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
-    ctx = ray.init(num_cpus=num_cpus, _temp_dir=tmp, include_dashboard=include_dashboard, log_to_driver=False,
-                   configure_logging=False, runtime_env=runtime_env, _node_ip_address="127.0.0.1")
+
+    def start(where: str):
+        return ray.init(num_cpus=num_cpus, _temp_dir=where, include_dashboard=include_dashboard, log_to_driver=False,
+                        configure_logging=False, runtime_env=runtime_env, _node_ip_address="127.0.0.1")
+
+    try:
+        ctx = start(tmp)
+    except RuntimeError as exc:
+        if "Timed out waiting for file" not in str(exc):
+            raise
+        # the head's GCS process died before writing its port (seen once in 1,700 tests, a crash inside Ray's own
+        # process): nothing of this private cluster is in use yet, so start it once more in a fresh temp dir
+        print(f"local_ray: Ray's head did not come up ({exc}); starting it once more", file=sys.stderr)
+        ray.shutdown()
+        tmp = short_temp_dir(Path(tmp).parent) if temp_dir is not None else short_temp_dir()
+        ctx = start(tmp)
     try:
         yield {"address": ctx.address_info.get("address"), "temp_dir": tmp, "num_cpus": num_cpus}
     finally:
