@@ -68,18 +68,23 @@ class ProtocolSettings:
             raise ConfigError(f"protocol.epochs: must be at least 1, got {self.epochs}")
 
 
+def _own_run(train: TrainConfig) -> TrainConfig:
+    """``train`` under the protocol SFT's own run name (``<name>-protocol``)."""
+    return dataclasses.replace(train, name=f"{train.name}-protocol")
+
+
 def protocol_train_config(train: TrainConfig, settings: ProtocolSettings) -> TrainConfig:
     """The training config of the protocol SFT: ``train`` with its own run name and the protocol's SFT settings."""
     sft = dataclasses.replace(train.sft, workflows=settings.workflows, budgets=settings.budgets,
                               export_pairs=settings.export_pairs, epochs=settings.epochs, data=None, slips=None)
-    return dataclasses.replace(train, name=f"{train.name}-protocol", sft=sft)
+    return dataclasses.replace(_own_run(train), sft=sft)
 
 
 def protocol_model_dir(train: TrainConfig, seed: int) -> Path:
     """The merged protocol-only model of seed ``seed`` (a folder; it exists once the stage ran)."""
     from bapsql.train.recipe.pipeline import sft_dir
 
-    return sft_dir(dataclasses.replace(train, name=f"{train.name}-protocol"), seed) / "merged"
+    return sft_dir(_own_run(train), seed) / "merged"
 
 
 def split_pairs(total: int, parts: int) -> list[int]:
