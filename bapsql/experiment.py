@@ -112,7 +112,9 @@ class WorkersConfig:
     the writer then survives the loss of its node). On a multi-node cluster env workers stay off the head unless it
     offers the custom resources they ask for. An actor not placed on any node within ``placement_timeout_s`` fails
     the sweep at start (`bapsql.errors.PlacementError`). A vLLM engine actor reserves ``engine_gpus`` GPUs, which
-    must equal its ``tensor_parallel_size`` (checked by `validate`)."""
+    must equal its ``tensor_parallel_size`` (checked by `validate`). ``engine_phases``: run the sweep one engine at a
+    time (`bapsql.rollout.phases`), each group of methods with its own actors, for a machine whose memory or cores do not
+    hold every engine at once; the methods naming one engine always share its replicas."""
 
     env_workers: int = 2
     env_worker_cpus: float = 1.0
@@ -129,6 +131,7 @@ class WorkersConfig:
     writer: Literal["driver", "any"] = "driver"
     writer_resources: dict[str, float] = field(default_factory=dict)
     placement_timeout_s: float = 60.0  # an actor still not placed on any node after this fails the sweep
+    engine_phases: bool = False
 
     def __post_init__(self) -> None:
         if self.placement_timeout_s <= 0:

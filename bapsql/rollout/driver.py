@@ -60,7 +60,8 @@ class _Ep:
 class Driver:
     """See the module docstring.
 
-    ``engines`` maps each model-policy method to the keys of its engine replicas (``("engine", name, r)``);
+    ``engines`` maps each model-policy method to the keys of its engine replicas (``("engine", name, r)``); methods
+    given the same keys share those replicas, their waiting requests batched into one ``step`` call;
     ``adapter`` is the LoRA adapter engines sample with (None: base weights); ``monitor`` a
     `bapsql.logs.monitor.Monitor`; ``progress(done, total)`` is called as episodes finish.
     """
@@ -198,13 +199,17 @@ class Driver:
     def _dispatch_generation(self) -> None:
         """Every replica without a call outstanding gets a ``step`` call if it holds requests or new ones wait; the
         waiting requests go to the least loaded of those replicas."""
+        sharing: dict[tuple, list[str]] = {}  # methods whose engine is the same replicas batch together
         for method, keys in self.engines.items():
+            sharing.setdefault(tuple(keys), []).append(method)
+        for keys, methods in sharing.items():
             idle = [k for k in keys if self._engine_busy[k] is None]
             if not idle:
                 continue
-            waiting = [eid for eid in self._awaiting.get(method, ())
+            waiting = [eid for method in methods for eid in self._awaiting.get(method, ())
                        if eid in self._eps and self._eps[eid].phase == "awaiting"]
-            self._awaiting[method] = []
+            for method in methods:
+                self._awaiting[method] = []
             parts: dict[tuple, list[str]] = {k: [] for k in idle}
             for eid in waiting:
                 parts[min(idle, key=lambda k: self._engine_load[k] + len(parts[k]))].append(eid)

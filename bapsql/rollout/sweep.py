@@ -8,7 +8,7 @@
    keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids
    already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
 3. starts the actors — env workers (sharded by database, kept off a multi-node cluster's head), one engine host
-   per model method and replica, the trajectory writer (no CPU reserved) — with a progress line while they are
+   per engine and replica (shared by the methods naming that engine), the trajectory writer (no CPU reserved) — with a progress line while they are
    placed and `PlacementError` for one still unplaced after ``workers.placement_timeout_s`` — on a private local
    Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit, never ``ray stop``) or on the cluster at
    ``address``; ``backend="local"`` runs the same plain classes in this process;
@@ -42,6 +42,7 @@ from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
 from bapsql.rollout.groups import GroupSampler
+from bapsql.rollout.phases import engine_phases, phase_experiment
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ def benchmark_dir(cfg: ExperimentConfig, *, announce: Callable[[str], None] | No
 
 def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: dict[str, Any],
                 engines: dict[str, Any]) -> tuple[list[ActorSpec], dict[str, list[tuple]]]:
-    """Actor specs of a sweep and, per model method, its engine replica keys."""
+    """Actor specs of a sweep and, per model method, its engine replica keys. ``engines``: engine name -> config;
+    the methods naming one engine (``model:<name>@<condition>``) share its replicas."""
     from bapsql.env.records import EnvOptions
     from bapsql.rollout.engine_host import EngineHost
     from bapsql.rollout.workers import EnvWorker
@@ -96,11 +98,12 @@ def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: di
                                                      "placebo_dir": str((run_dir / "placebo").resolve())},
                        num_cpus=w.env_worker_cpus, resources=dict(w.env_resources), placement="spread")
              for i in range(n_workers)]
-    keys: dict[str, list[tuple]] = {}
-    for method, ec in engines.items():
-        keys[method] = [("engine", method, r) for r in range(w.engine_replicas)]
+    replicas: dict[str, list[tuple]] = {}
+    for name, ec in engines.items():  # one set of replicas per engine, shared by the methods that name it
+        replicas[name] = [("engine", name, r) for r in range(w.engine_replicas)]
         specs += [ActorSpec(k, EngineHost, (ec,), {"threads": w.engine_threads}, num_cpus=w.engine_cpus,
-                            num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in keys[method]]
+                            num_gpus=w.engine_gpus, resources=dict(w.engine_resources)) for k in replicas[name]]
+    keys = {m: replicas[cfg.engine_of(m)] for m in cfg.model_methods if cfg.engine_of(m) in replicas}
     # the writer is I/O-bound: it reserves no CPU, so pinned to the driver's node it always fits there
     specs.append(ActorSpec(("writer", 0), WriterHost, (str(run_dir.resolve()), cfg.run), {"text": cfg.log_text},
                            num_cpus=0.0,
@@ -120,6 +123,10 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     from bapsql.rollout.agent import AgentConfig
     from bapsql.data.tasks import load_tasks
 
+    phases = engine_phases(cfg)
+    if len(phases) > 1:
+        return _run_phases(cfg, phases, address=address, out_dir=out_dir, console=console, backend=backend,
+                           on_progress=on_progress, monitor=monitor)
     t0 = time.perf_counter()
     placebo_stats: dict[str, dict] = {}
     say = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
@@ -133,10 +140,12 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
     agents, engines = {}, {}
     for method in cfg.model_methods:
         s = cfg.sampling
-        ec = with_template_kwargs(cfg.engines[cfg.engine_of(method)], s.template_kwargs, cfg.engine_of(method))
-        ec = dataclasses.replace(ec, model=resolve_model(ec.model, announce=say),
-                                 num_threads=ec.num_threads or cfg.workers.engine_threads)
-        engines[method] = ec
+        name = cfg.engine_of(method)
+        if name not in engines:
+            ec = with_template_kwargs(cfg.engines[name], s.template_kwargs, name)
+            engines[name] = dataclasses.replace(ec, model=resolve_model(ec.model, announce=say),
+                                                num_threads=ec.num_threads or cfg.workers.engine_threads)
+        ec = engines[name]
         # the engine's chat-template options (sampling.template_kwargs merged in): prompts render as the server would
         agents[method] = AgentConfig(model_dir=str(ec.tokenizer_dir or ec.model), max_tokens=s.max_tokens,
                                      temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len,
@@ -213,11 +222,49 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
         if own_monitor:
             monitor.close()
     summary = SweepSummary(cfg.run, run_dir, cfg.split, len(tasks), len(specs), result, backend, n_workers,
-                           {m: getattr(engines[m], "kind", "?") for m in engines}, round(setup_s, 3), restarts,
+                           {m: getattr(engines[cfg.engine_of(m)], "kind", "?") for m in cfg.model_methods},
+                           round(setup_s, 3), restarts,
                            placebo_stats)
     _write_record(run_dir / "sweep.json", cfg, summary)
     if console is not None:
         console.print(summary_table(summary))
+    return summary
+
+
+def _run_phases(cfg: ExperimentConfig, phases: list[tuple[str, ...]], *, out_dir: str | Path | None,
+                console: Any, monitor: Any, **kw: Any) -> SweepSummary:
+    """``workers.engine_phases``: each group of methods (`bapsql.experiment.engine_phases`) swept into the same run
+    folder with its own actors, one after another; one summary and ``sweep.json`` for the whole config."""
+    from bapsql.logs.monitor import make_monitor
+
+    run_dir = Path(out_dir) if out_dir is not None else cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    own_monitor = monitor is None
+    if own_monitor:
+        monitor = make_monitor(cfg.monitor.kind, project=cfg.monitor.project, run_name=cfg.run,
+                               config=cfg.to_dict(), dir=run_dir)
+    parts: list[SweepSummary] = []
+    try:
+        for i, methods in enumerate(phases):
+            if console is not None:
+                console.print(f"[yellow]engine phase {i + 1}/{len(phases)}: {', '.join(methods)}[/yellow]")
+            parts.append(run_sweep(phase_experiment(cfg, methods), out_dir=run_dir, console=console,
+                                   monitor=monitor, **kw))
+    finally:
+        if own_monitor:
+            monitor.close()
+    result = parts[0].result
+    for p in parts[1:]:
+        result = merge_results(result, p.result)
+    restarts: dict[str, int] = {}
+    for i, p in enumerate(parts):
+        restarts.update({f"phase{i}/{k}": n for k, n in p.actor_restarts.items()})
+    summary = SweepSummary(cfg.run, run_dir, cfg.split, parts[0].tasks, sum(p.episodes_total for p in parts), result,
+                           parts[0].backend, max(p.env_workers for p in parts),
+                           {m: k for p in parts for m, k in p.engines.items()},
+                           round(sum(p.setup_s for p in parts), 3), restarts,
+                           {m: st for p in parts for m, st in p.placebo.items()})
+    _write_record(run_dir / "sweep.json", cfg, summary)
     return summary
 
 

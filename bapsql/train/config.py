@@ -287,6 +287,8 @@ class EvalSection:
     samples_per_group: int = 1  # episodes per (task, budget, seed): >1 with temperature > 0
     top_p: float = 1.0
     log_text: TextLogConfig = TextLogConfig()  # the sweep's turn text (bapsql.logs.text): every episode's
+    # one model at a time (`bapsql.rollout.phases`): for a machine whose memory or cores do not hold every engine
+    engine_phases: bool = False
 
 
 @dataclass(frozen=True)

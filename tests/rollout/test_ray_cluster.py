@@ -56,8 +56,8 @@ def test_actors_go_where_their_resources_are_and_survive_losing_the_engines_node
         if "nodes" not in seen:
             seen["nodes"] = be.nodes()
         pending = {key for _, key, _ in be._refs.values()}
-        if "removed" not in seen and done >= 8 and ("engine", "model.tiny@full", 0) in pending:
-            victim = be.nodes()[("engine", "model.tiny@full", 0)]
+        if "removed" not in seen and done >= 8 and ("engine", "tiny", 0) in pending:
+            victim = be.nodes()[("engine", "tiny", 0)]
             sim_cluster.remove(victim)  # the engine's "GPU node" (and the env worker on it) is gone
             seen["removed"] = victim
             sim_cluster.add(num_cpus=2, resources=NODE)  # the autoscaler's replacement
@@ -66,7 +66,7 @@ def test_actors_go_where_their_resources_are_and_survive_losing_the_engines_node
         s = run_sweep(cfg, out_dir=tmp_path / "run", on_progress=on_progress)
     nodes = seen["nodes"]
     assert {nodes[("env", 0)], nodes[("env", 1)]} == {a, b}  # sharded across the two env nodes, none on the head
-    assert nodes[("engine", "model.tiny@full", 0)] in (a, b)
+    assert nodes[("engine", "tiny", 0)] in (a, b)
     assert nodes[("writer", 0)] == sim_cluster.head_id  # pinned to the driver's node (workers.writer: driver)
     assert seen["removed"] in (a, b)
     _exactly_once(tmp_path / "run", 2 * 1 * 2 * 12)

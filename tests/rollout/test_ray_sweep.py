@@ -53,8 +53,8 @@ def test_a_sweep_with_a_killed_env_worker_and_engine_actor_writes_every_episode_
         if "env" not in kills and done >= 10 and ("env", 0) in pending:
             be.kill(("env", 0))  # ray.kill(actor, no_restart=False): Ray restarts it
             kills.append("env")
-        if "engine" not in kills and done >= 10 and ("engine", "model.tiny@full", 0) in pending:
-            be.kill(("engine", "model.tiny@full", 0))
+        if "engine" not in kills and done >= 10 and ("engine", "tiny", 0) in pending:
+            be.kill(("engine", "tiny", 0))
             kills.append("engine")
 
     s = run_sweep(cfg, out_dir=tmp_path / "run", on_progress=on_progress)

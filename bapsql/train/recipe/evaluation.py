@@ -40,7 +40,8 @@ def eval_experiment(cfg: TrainConfig, models: dict[str, Path], methods: tuple[st
                                 template_kwargs=dict(cfg.model.chat_template_kwargs)),
         workers=WorkersConfig(env_workers=r.env_workers, engine_threads=r.engine_threads, engine_gpus=r.engine_gpus,
                               env_worker_cpus=r.env_worker_cpus, in_flight=r.in_flight,
-                              env_resources=dict(r.env_resources), placement_timeout_s=r.placement_timeout_s),
+                              env_resources=dict(r.env_resources), placement_timeout_s=r.placement_timeout_s,
+                              engine_phases=e.engine_phases),
         prompt_style=cfg.prompt_style, out_dir=str(out_dir), calibration=cfg.calibration, log_text=e.log_text))
 
 
