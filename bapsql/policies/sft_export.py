@@ -257,3 +257,37 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     _write_parquet(rows, out)
     return SFTExport(out, len(rows), played, kept, dups, too_long, per_workflow, per_budget,
                      time.perf_counter() - t_start)
+
+
+def split_pairs(total: int, parts: int) -> list[int]:
+    """``total`` pairs over ``parts`` conditions, as evenly as integers allow (the first get the remainder)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def export_sft_shares(conditions: tuple[str, ...], benchmark_dir: str | Path, split: str, n: int, out: str | Path,
+                      *, console: Any = None, **kw: Any) -> list[SFTExport]:
+    """`export_sft` under several conditions in equal shares (`split_pairs`): each share into
+    ``<out stem>-<condition>.parquet``, then all of them into ``out`` (atomically) with a ``condition`` column, so no
+    condition's prompt format is seen more than another's. One condition: `export_sft` into ``out`` (no column)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not conditions:
+        raise ConfigError("conditions: list at least one condition to export under")
+    out = Path(out)
+    if len(conditions) == 1:
+        return [export_sft(benchmark_dir, split, n, out, condition=conditions[0], console=console, **kw)]
+    if n < len(conditions):
+        raise ConfigError(f"{n} pairs are fewer than one per condition ({len(conditions)})")
+    exports, parts = [], []
+    for cond, k in zip(conditions, split_pairs(n, len(conditions))):
+        part = out.with_name(f"{out.stem}-{cond}.parquet")
+        if console is not None:
+            console.print(f"[cyan]exporting {k} SFT pairs under {cond} into {part} ...[/cyan]")
+        exports.append(export_sft(benchmark_dir, split, k, part, condition=cond, console=console, **kw))
+        table = pq.read_table(part)
+        parts.append(table.append_column("condition", pa.array([cond] * table.num_rows, pa.string())))
+    tmp = out.with_name(f".{out.name}.tmp")
+    pq.write_table(pa.concat_tables(parts), tmp)
+    os.replace(tmp, out)  # whole or absent: a rerun never trains on a partial file
+    return exports

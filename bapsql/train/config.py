@@ -126,8 +126,18 @@ class SFTSection:
     # one SFT model for every seed: the first seed's, trained once (<out_dir>/<name>-seed<seeds[0]>/sft); the
     # seeds then differ in GRPO only, so a pooled GRPO − SFT comparison measures GRPO's variance, not SFT's
     shared: bool = False
+    # export under each of these conditions in equal shares, with a `condition` column (empty: the recipe's
+    # `condition`); e.g. Table 2's protocol-only adapter plays raw, dashboard and adaptive_posthoc alike
+    conditions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from bapsql.env.conditions import condition as condition_named
+
+        for i, c in enumerate(self.conditions):
+            try:
+                condition_named(c)
+            except ConfigError as exc:
+                raise ConfigError(f"sft.conditions[{i}]: {exc}") from exc
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
             raise ConfigError("sft: effective_batch, epochs and num_workers must be >= 1, max_length >= 2")
         if self.effective_batch % self.num_workers:

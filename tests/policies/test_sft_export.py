@@ -220,3 +220,27 @@ def test_a_staged_slip_is_played_but_kept_out_of_the_loss(minibench, tmp_path):
                      key=lambda p: p["turn"])
         assert own[0]["turn"] == 2 and "no such column" in own[0]["prompt"]  # no row for the slip itself
         assert masked == "".join(p["completion"] for p in own)
+
+
+def test_shares_under_several_conditions_are_equal_and_labelled(minibench, tmp_path):
+    """`export_sft_shares`: 10 pairs over three conditions are 4 + 3 + 3, each share exported under its own condition
+    (the raw prompt shows no budget line), one file with a `condition` column; a single condition is `export_sft`."""
+    from collections import Counter
+
+    from bapsql.errors import ConfigError
+    from bapsql.policies.sft_export import export_sft_shares
+
+    out = tmp_path / "pairs.parquet"
+    kw = {"workflows": ("workflow.direct_aggregation",), "seed": 0}
+    exports = export_sft_shares(("dashboard", "raw", "full"), minibench, "train", 10, out, **kw)
+    rows = pq.read_table(out).to_pylist()
+    assert [e.pairs for e in exports] == [4, 3, 3]
+    assert Counter(r["condition"] for r in rows) == {"dashboard": 4, "raw": 3, "full": 3}
+    assert [e.path.name for e in exports] == ["pairs-dashboard.parquet", "pairs-raw.parquet", "pairs-full.parquet"]
+    raw = [r for r in rows if r["condition"] == "raw"]
+    alone = pq.read_table(export_sft(minibench, "train", 3, tmp_path / "raw.parquet", condition="raw", **kw).path)
+    assert [r["prompt"] for r in raw] == alone.column("prompt").to_pylist()  # a share is that condition's export
+    single = export_sft_shares(("raw",), minibench, "train", 3, tmp_path / "one.parquet", **kw)
+    assert len(single) == 1 and "condition" not in pq.read_table(single[0].path).column_names
+    with pytest.raises(ConfigError, match="fewer than one per condition"):
+        export_sft_shares(("raw", "full"), minibench, "train", 1, tmp_path / "x.parquet", **kw)

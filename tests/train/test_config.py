@@ -92,6 +92,9 @@ def test_typos_and_bad_values_fail_naming_the_key(tmp_path):
     bad.write_text("name: x\nmodel: {base: m}\nreward: {variant: shaped}\n")
     with pytest.raises(ConfigError, match="variant"):
         load_train_config(bad)
+    bad.write_text("name: x\nmodel: {base: m}\nsft: {conditions: [raw, dashbord]}\n")
+    with pytest.raises(ConfigError, match=r"sft\.conditions\[1\]: .*dashbord"):
+        load_train_config(bad)
 
 
 def test_extends_merges_and_overrides(tmp_path):

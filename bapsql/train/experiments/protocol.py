@@ -7,9 +7,9 @@ What it is trained on (``ProtocolSettings``): SFT episodes of budget-blind workf
 ``workflow.direct_aggregation`` — execute the gold query, answer citing it — and ``workflow.schema_first`` — inspect
 the tables first), never those that estimate, rewrite, manage evidence or abstain, played in equal shares under each
 prompting condition (so no row's prompt format is the one it saw more) at the listed budgets. The SFT itself is the
-training config's (LoRA, learning rate, batch), with the settings below in place of ``sft.workflows``, ``sft.budgets``,
-``sft.export_pairs`` and ``sft.epochs``; its run is ``<out_dir>/<name>-protocol-seed<k>`` (the first seed's with
-``sft.shared``), its merged model ``.../sft/merged``.
+training config's (LoRA, learning rate, batch), with the settings below in place of ``sft.workflows``,
+``sft.budgets``, ``sft.conditions``, ``sft.export_pairs`` and ``sft.epochs``; its run is
+``<out_dir>/<name>-protocol-seed<k>`` (the first seed's with ``sft.shared``), its merged model ``.../sft/merged``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def _own_run(train: TrainConfig) -> TrainConfig:
 def protocol_train_config(train: TrainConfig, settings: ProtocolSettings) -> TrainConfig:
     """The training config of the protocol SFT: ``train`` with its own run name and the protocol's SFT settings."""
     sft = dataclasses.replace(train.sft, workflows=settings.workflows, budgets=settings.budgets,
-                              export_pairs=settings.export_pairs, epochs=settings.epochs, data=None, slips=None)
+                              conditions=settings.conditions, export_pairs=settings.export_pairs,
+                              epochs=settings.epochs, data=None, slips=None)
     return dataclasses.replace(_own_run(train), sft=sft)
 
 
@@ -87,41 +88,10 @@ def protocol_model_dir(train: TrainConfig, seed: int) -> Path:
     return sft_dir(_own_run(train), seed) / "merged"
 
 
-def split_pairs(total: int, parts: int) -> list[int]:
-    """``total`` pairs over ``parts`` conditions, as evenly as integers allow (the first get the remainder)."""
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
 def run_protocol_stage(train: TrainConfig, settings: ProtocolSettings, seed: int, *, console: Any = None) -> Path:
-    """Export the protocol pairs under each condition, concatenate them into the protocol run's ``sft_pairs.parquet``
-    and train the SFT on them (Ray must be up, as for `run_sft_stage`). Returns the merged model folder."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Train the protocol SFT (`run_sft_stage` on `protocol_train_config`: its pairs exported under each condition in
+    equal shares, `bapsql.policies.sft_export.export_sft_shares`; Ray must be up). Returns the merged model folder."""
+    from bapsql.train.recipe.pipeline import run_sft_stage
 
-    from bapsql.env.records import EnvOptions
-    from bapsql.policies.sft_export import export_sft
-    from bapsql.train.recipe.pipeline import base_model, run_sft_stage
-
-    cfg = protocol_train_config(train, settings)
-    seed = cfg.seeds[0] if cfg.sft.shared else seed
-    run_dir = cfg.run_dir(seed)
-    pairs = run_dir / "sft_pairs.parquet"
-    if not pairs.is_file():
-        base = base_model(cfg, console, seed=seed)
-        parts = []
-        for cond, n in zip(settings.conditions, split_pairs(settings.export_pairs, len(settings.conditions))):
-            part = run_dir / f"sft_pairs-{cond}.parquet"
-            if console is not None:
-                console.print(f"[cyan]protocol SFT: exporting {n} pairs under {cond} into {part} ...[/cyan]")
-            export_sft(cfg.data.benchmark, cfg.data.split, n, part, seed=seed, condition=cond,
-                       max_length=cfg.sft.max_length, tokenizer_dir=base, template_kwargs=cfg.model.chat_template_kwargs,
-                       workflows=settings.workflows, budgets=settings.budgets,
-                       env_options=EnvOptions(prompt_style=cfg.prompt_style), per_episode=cfg.sft.per_episode,
-                       only_successes=cfg.sft.only_successes)
-            table = pq.read_table(part)
-            parts.append(table.append_column("condition", pa.array([cond] * table.num_rows, pa.string())))
-        tmp = pairs.with_suffix(".parquet.tmp")
-        pq.write_table(pa.concat_tables(parts), tmp)
-        tmp.replace(pairs)  # whole or absent: a rerun never trains on a partial file
-    run_sft_stage(cfg, seed, console=console)
+    run_sft_stage(protocol_train_config(train, settings), seed, console=console)
     return protocol_model_dir(train, seed)

@@ -328,7 +328,7 @@ def test_bad_protocol_settings_are_named(tmp_path, extra, named):
 def test_protocol_pairs_split_evenly_over_the_conditions():
     from hypothesis import given, strategies as st
 
-    from bapsql.train.experiments.protocol import split_pairs
+    from bapsql.policies.sft_export import split_pairs
 
     @given(st.integers(1, 500), st.integers(1, 6))
     def check(total, parts):
