@@ -113,8 +113,8 @@ class WorkersConfig:
     offers the custom resources they ask for. An actor not placed on any node within ``placement_timeout_s`` fails
     the sweep at start (`bapsql.errors.PlacementError`). A vLLM engine actor reserves ``engine_gpus`` GPUs, which
     must equal its ``tensor_parallel_size`` (checked by `validate`). ``engine_phases``: run the sweep one engine at a
-    time (`bapsql.rollout.phases`), each group of methods with its own actors, for a machine whose memory or cores do not
-    hold every engine at once; the methods naming one engine always share its replicas."""
+    time (`bapsql.rollout.phases`), each group of methods with its own actors, for a machine whose memory or cores
+    do not hold every engine at once; the methods naming one engine always share its replicas."""
 
     env_workers: int = 2
     env_worker_cpus: float = 1.0

@@ -74,6 +74,9 @@ class Driver:
         self.backend = backend
         self.n_workers = n_env_workers
         self.engines = {m: list(keys) for m, keys in (engines or {}).items()}
+        self._sharing: dict[tuple, list[str]] = {}  # replicas -> the methods they serve, batched together
+        for method, keys in self.engines.items():
+            self._sharing.setdefault(tuple(keys), []).append(method)
         self.writer = ("writer", 0) if writer else None
         self.config = config
         self.monitor = monitor
@@ -199,10 +202,7 @@ class Driver:
     def _dispatch_generation(self) -> None:
         """Every replica without a call outstanding gets a ``step`` call if it holds requests or new ones wait; the
         waiting requests go to the least loaded of those replicas."""
-        sharing: dict[tuple, list[str]] = {}  # methods whose engine is the same replicas batch together
-        for method, keys in self.engines.items():
-            sharing.setdefault(tuple(keys), []).append(method)
-        for keys, methods in sharing.items():
+        for keys, methods in self._sharing.items():
             idle = [k for k in keys if self._engine_busy[k] is None]
             if not idle:
                 continue

@@ -8,10 +8,10 @@
    keeps each scoped method's cells (``scopes``, `bapsql.experiment.ExperimentConfig.scoped`) and skips the ids
    already in the run dir (deterministic ids: an interrupted sweep restarted resumes);
 3. starts the actors — env workers (sharded by database, kept off a multi-node cluster's head), one engine host
-   per engine and replica (shared by the methods naming that engine), the trajectory writer (no CPU reserved) — with a progress line while they are
-   placed and `PlacementError` for one still unplaced after ``workers.placement_timeout_s`` — on a private local
-   Ray (own temp dir under the run dir's ``tmp``, ``num_cpus`` explicit, never ``ray stop``) or on the cluster at
-   ``address``; ``backend="local"`` runs the same plain classes in this process;
+   per engine and replica (shared by the methods naming that engine), the trajectory writer (no CPU reserved) —
+   with a progress line while they are placed and `PlacementError` for one still unplaced after
+   ``workers.placement_timeout_s`` — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus``
+   explicit, never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this process;
 4. runs the `Driver` with a rich progress bar (a placebo method ``P@shuffled_estimate`` runs after the others: its
    pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`;
    once it ran, how far its shown payloads were from an exact permutation — `placebo_run_stats`, ``unmatched`` — is
@@ -233,7 +233,7 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
 
 def _run_phases(cfg: ExperimentConfig, phases: list[tuple[str, ...]], *, out_dir: str | Path | None,
                 console: Any, monitor: Any, **kw: Any) -> SweepSummary:
-    """``workers.engine_phases``: each group of methods (`bapsql.experiment.engine_phases`) swept into the same run
+    """``workers.engine_phases``: each group of methods (`bapsql.rollout.phases.engine_phases`) swept into the same run
     folder with its own actors, one after another; one summary and ``sweep.json`` for the whole config."""
     from bapsql.logs.monitor import make_monitor
 

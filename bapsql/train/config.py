@@ -131,13 +131,6 @@ class SFTSection:
     conditions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from bapsql.env.conditions import condition as condition_named
-
-        for i, c in enumerate(self.conditions):
-            try:
-                condition_named(c)
-            except ConfigError as exc:
-                raise ConfigError(f"sft.conditions[{i}]: {exc}") from exc
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
             raise ConfigError("sft: effective_batch, epochs and num_workers must be >= 1, max_length >= 2")
         if self.effective_batch % self.num_workers:
@@ -332,6 +325,7 @@ class TrainConfig:
 
         for where, name in (("condition", self.condition),
                             *((f"eval.conditions[{i}]", c) for i, c in enumerate(self.eval.conditions)),
+                            *((f"sft.conditions[{i}]", c) for i, c in enumerate(self.sft.conditions)),
                             *((f"pretrain.conditions[{i}]", c) for i, c in enumerate(self.pretrain.conditions))):
             try:
                 condition_named(name)
