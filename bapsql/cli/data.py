@@ -62,16 +62,19 @@ def data() -> None:
               help="Folder to write (created; benchmark files inside are overwritten).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Generator seed (same seed, same bytes).")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Worker processes (default: up to 2).")
-def build_demo_cmd(scale: str, out: Path, seed: int, workers: int | None) -> None:
+@click.option("--mix", default="default", show_default=True, type=click.Choice(["default", "binding"]),
+              help="Task mix (bapsql.data.mixes): binding adds long lists whose gold outgrows XS and whose broad "
+                   "draft outgrows S, 30 %% of each split.")
+def build_demo_cmd(scale: str, out: Path, seed: int, workers: int | None, mix: str) -> None:
     """Generate the embedded benchmark: SQLite databases, tasks with typed gold answers, splits, manifest."""
     from bapsql.data.demo import build_demo
     from bapsql.data.synth_domains import DOMAINS
     from bapsql.errors import BapsqlError
 
     with _progress() as bar:
-        task = bar.add_task(f"building {scale} benchmark", total=len(DOMAINS))
+        task = bar.add_task(f"building {scale} benchmark ({mix} mix)", total=len(DOMAINS))
         try:
-            res = build_demo(out, scale=scale, seed=seed, workers=workers,
+            res = build_demo(out, scale=scale, seed=seed, mix=mix, workers=workers,
                              progress=lambda db: bar.update(task, advance=1, description=f"built {db}"))
         except BapsqlError as exc:
             raise click.ClickException(str(exc)) from exc

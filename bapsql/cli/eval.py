@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-_BENCH_HELP = "Benchmark folder (embedded, BIRD or Spider layout), or 'demo' for the small embedded benchmark."
+_BENCH_HELP = ("Benchmark folder (embedded, BIRD or Spider layout), or 'demo' for the small embedded benchmark "
+               "('demo:binding' for its binding task mix).")
 
 
 def _seeds(spec: str) -> tuple[int, ...]:
@@ -31,8 +32,16 @@ def _budgets(spec: str) -> tuple[str, ...]:
 def _check_benchmark(benchmark: str) -> None:
     from pathlib import Path
 
-    if benchmark != "demo" and not Path(benchmark).is_dir():
-        raise click.UsageError(f"--benchmark {benchmark!r} is not a folder; pass a benchmark folder or 'demo'")
+    from bapsql.data.tasks import demo_mix
+    from bapsql.errors import ConfigError
+
+    try:
+        mix = demo_mix(benchmark)
+    except ConfigError as exc:
+        raise click.UsageError(f"--benchmark: {exc}") from None
+    if mix is None and not Path(benchmark).is_dir():
+        raise click.UsageError(f"--benchmark {benchmark!r} is not a folder; pass a benchmark folder, 'demo' or "
+                               "'demo:<mix>'")
 
 
 @click.command("eval")

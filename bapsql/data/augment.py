@@ -8,7 +8,8 @@ templates over the same databases with fresh random draws.
 Contract of `augment_tasks(benchmark_dir, split, n_rounds, seed=..., exclude=...)`:
 
 - for each database of ``split`` (a database split name; ``test`` has the train databases) that the embedded
-  generator knows, ``n_rounds`` rounds of `propose` with a seeded generator (``seed`` and the round mixed with the database's id);
+  generator knows, ``n_rounds`` rounds of `propose` with a seeded generator (``seed`` and the round mixed with the
+  database's id), trying the templates in the weights of the benchmark's task mix (`bapsql.data.mixes`);
 - drops every draft whose normalised question equals a question of ``exclude`` (the held-out test tasks must never
   reach training) or an earlier draft;
 - returns `Task` s with ids ``aug-<db_id>-<n>``, no stored gold answer (the environment derives it from the gold
@@ -27,11 +28,18 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.types import Task
 
-AUG_WEIGHTS = {"count_filter": 3, "count_range": 2, "agg_filter": 3, "agg_all": 1, "argmax_count": 1,
-               "argmax_avg": 1, "topk": 2, "list_filter": 2, "ordered_distinct": 1, "join_count": 5, "join_agg": 8,
-               "join_argmax": 1, "join_having": 1, "ratio": 1, "null_count": 1, "date_count": 2, "lookup": 9,
-               "count_distinct": 1, "entity_list": 4, "entity_latest": 8, "entity_parent": 9,
-               "entity_count_filter": 8, "lookup_pair": 9}
+def benchmark_mix(benchmark_dir: str | Path) -> str:
+    """The task mix recorded in a benchmark folder's ``benchmark.json`` (``default`` when it records none)."""
+    import json
+
+    from bapsql.data.benchmark import BENCHMARK_FILE
+    from bapsql.data.mixes import DEFAULT_MIX
+
+    try:
+        info = json.loads((Path(benchmark_dir) / BENCHMARK_FILE).read_text())
+    except (OSError, ValueError):
+        return DEFAULT_MIX
+    return str(info.get("mix", DEFAULT_MIX)) if isinstance(info, dict) else DEFAULT_MIX
 
 
 def normalise(question: str) -> str:
@@ -41,6 +49,7 @@ def normalise(question: str) -> str:
 def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed: int = 1,
                   exclude: Iterable[Task] = (), db_ids: Iterable[str] | None = None) -> list[Task]:
     """Fresh tasks on the databases of ``split`` (see the module docstring); ``db_ids`` narrows the databases."""
+    from bapsql.data.mixes import mix_named
     from bapsql.data.synth_domains import DOMAINS
     from bapsql.data.synth_schema import domain_seed
     from bapsql.data.synth_tasks import propose
@@ -50,6 +59,7 @@ def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed:
     if n_rounds < 1:
         raise ConfigError(f"augment: n_rounds must be >= 1, got {n_rounds}")
     base = load_tasks(benchmark_dir, split)
+    weights = mix_named(benchmark_mix(benchmark_dir)).weights
     paths = {t.db_id: t.db_path for t in base}
     wanted = sorted(paths) if db_ids is None else sorted(set(db_ids) & set(paths))
     domains = {d.db_id: d for d in DOMAINS}
@@ -64,7 +74,7 @@ def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed:
             n = 0
             for r in range(n_rounds):
                 rng = np.random.default_rng([domain_seed(seed, db_id) % 2 ** 32, r])
-                for d in propose(view, rng, AUG_WEIGHTS):
+                for d in propose(view, rng, weights):
                     key = normalise(d.question)
                     if key in banned or key in seen:
                         continue

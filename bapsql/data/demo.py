@@ -12,7 +12,9 @@ Contract:
   exceeds the XS budget's result tokens or VM steps, the gold query fits both), ``unanswerable_xs`` (the gold query
   alone exceeds XS), ``min_level:<L>`` (tightest level whose result-token and VM-step budgets the gold query fits),
   ``template:<name>``, ``answer:<kind>``, and ``evidence`` / ``dirty`` / ``join``. The final tasks are a seeded draw
-  from the three pools (calm / budget-sensitive / XS-unanswerable) in the `TARGET_SHARES` mix, split by split.
+  from the three pools (calm / budget-sensitive / XS-unanswerable) in the task mix's shares, split by split.
+- The task mix (`bapsql.data.mixes`; ``default`` unless asked) sets the template weights and the pools' shares;
+  a non-default mix is recorded in ``benchmark.json`` as ``mix``.
 - Databases are split train / validation / dev by `bapsql.data.splits.split_databases` (seeded) with
   `DEMO_FRACTIONS`: of the 14 databases, 7 train, 1 validation, 6 dev at every scale and seed (so database-cluster
   statistics over the dev split have six clusters). Each split draws its own number of tasks (`TASKS`), so the
@@ -37,6 +39,7 @@ from bapsql.budgets import load_ladder
 from bapsql.data.benchmark import (BENCHMARK_FILE, FORMAT_VERSION, MANIFEST_FILE, SPLITS_FILE, TASKS_FILE,
                                    json_text, sha256_file, write_json, write_json_text, write_tasks)
 from bapsql.data.measure import QueryCost, measure, measurement_token_counter
+from bapsql.data.mixes import DEFAULT_MIX, Mix, mix_named
 from bapsql.data.splits import split_databases, split_of
 from bapsql.data.synth_domains import DOMAINS
 from bapsql.data.synth_schema import SCALES, Domain, build_database, domain_seed
@@ -48,25 +51,19 @@ from bapsql.types import Answer, Task
 GENERATOR_VERSION = "2.0"  # 2.0: fourteen databases, 6 dev, per-split task counts
 DEMO_NAME = "bapsql-demo"
 
-# Tries per (template, table) = weight × ATTEMPT_SCALE. The candidates that survive execution fall in three pools
-# ("calm": gold and naive fit XS; "budget_sensitive"; "unanswerable_xs") and TASKS[scale][split] tasks are drawn
-# from each split's pools in the TARGET_SHARES mix (as far as each pool allows). HEAVY_PER_DB bounds the full (L-cap) executions of heavy
-# candidates per database.
-_WEIGHTS = {"count_filter": 3, "count_range": 2, "agg_filter": 3, "agg_all": 1, "argmax_count": 1, "argmax_avg": 1,
-            "topk": 2, "list_filter": 2, "ordered_distinct": 1, "join_count": 5, "join_agg": 8, "join_argmax": 1,
-            "join_having": 1, "ratio": 1, "null_count": 1, "date_count": 2, "lookup": 9, "count_distinct": 1,
-            "entity_list": 4, "entity_latest": 8, "entity_parent": 9, "entity_count_filter": 8, "lookup_pair": 9}
+# Tries per (template, table) = the mix's weight × ATTEMPT_SCALE (`bapsql.data.mixes`). The candidates that survive
+# execution fall in three pools ("calm": gold and naive fit XS; "budget_sensitive"; "unanswerable_xs") and
+# TASKS[scale][split] tasks are drawn from each split's pools in the mix's shares (as far as each pool allows); the
+# mix's heavy_per_db bounds the full (L-cap) executions of heavy candidates per database.
 ATTEMPT_SCALE = {"small": 1, "full": 4}
 TASKS = {"small": {"train": 300, "validation": 40, "dev": 72},
          "full": {"train": 1_500, "validation": 200, "dev": 500}}
 DEMO_FRACTIONS: tuple[float, float, float] = (0.45, 0.1, 0.45)  # train / validation / dev databases
-HEAVY_PER_DB = {"small": 10, "full": 40}
-TARGET_SHARES = {"calm": 0.57, "budget_sensitive": 0.35, "unanswerable_xs": 0.08}
 DIFFICULTY = {
     "simple": ("count_filter", "count_range", "agg_all", "null_count", "date_count", "lookup", "lookup_pair",
                "entity_parent"),
     "moderate": ("agg_filter", "argmax_count", "topk", "list_filter", "ordered_distinct", "ratio", "count_distinct",
-                 "entity_list", "entity_latest", "entity_count_filter"),
+                 "entity_list", "entity_latest", "entity_count_filter", "topk_long", "list_long"),
     "challenging": ("argmax_avg", "join_count", "join_agg", "join_argmax", "join_having"),
 }
 MAX_LIST = 20
@@ -115,11 +112,11 @@ def _candidate(domain: Domain, d: Draft, g, naive: QueryCost, pool: str) -> dict
             "tags": sorted(tags), "naive_sql": d.naive_sql, "costs": {"gold": gold.to_json(), "naive": naive.to_json()}}
 
 
-def _build_one(domain: Domain, root: str, scale: str, seed: int, counter_spec: str) -> dict:
+def _build_one(domain: Domain, root: str, scale: str, seed: int, counter_spec: str, mix: Mix) -> dict:
     """Build one database and execute its drafts (runs in a worker process). Returns JSON-able candidates.
 
     Gold queries run first under the XS VM cap (cheap). Those that fit XS are 'calm' or 'budget_sensitive' by
-    whether the naive query fits XS too; heavier ones are executed in full (L cap) for at most HEAVY_PER_DB of them.
+    whether the naive query fits XS too; heavier ones are executed in full (L cap) for at most the mix's heavy_per_db of them.
     """
     from bapsql.data.gold import derive_gold
     from bapsql.db.sandbox import Sandbox
@@ -133,7 +130,7 @@ def _build_one(domain: Domain, root: str, scale: str, seed: int, counter_spec: s
     rng = np.random.default_rng(domain_seed(seed, domain.db_id) + 1)
     view = DbView(path, domain)
     try:
-        drafts = propose(view, rng, {k: v * ATTEMPT_SCALE[scale] for k, v in _WEIGHTS.items()})
+        drafts = propose(view, rng, {k: v * ATTEMPT_SCALE[scale] for k, v in mix.weights.items()})
     finally:
         view.close()
     seen: set[str] = set()
@@ -160,7 +157,7 @@ def _build_one(domain: Domain, root: str, scale: str, seed: int, counter_spec: s
                 out.append((i, _candidate(domain, d, g, naive, "calm" if naive.fits(xs) else "budget_sensitive")))
         kept = 0
         for j in rng.permutation(len(heavy)).tolist():
-            if kept >= HEAVY_PER_DB[scale]:
+            if kept >= mix.heavy_per_db[scale]:
                 break
             i, d = heavy[j]
             g = derive_gold(sb, d.gold_sql, token_counter=counter, vm_step_cap=top.vm_steps + 1)
@@ -179,9 +176,9 @@ def _norm(question: str) -> str:
     return " ".join(question.lower().split())
 
 
-def _select(parts: list[dict], splits: dict[str, tuple[str, ...]], scale: str,
-            seed: int) -> tuple[list[dict], dict[str, int]]:
-    """Draw each split's TASKS[scale][split] tasks from its databases' candidates in the TARGET_SHARES mix (one
+def _select(parts: list[dict], splits: dict[str, tuple[str, ...]], scale: str, seed: int,
+            shares: dict[str, float]) -> tuple[list[dict], dict[str, int]]:
+    """Draw each split's TASKS[scale][split] tasks from its databases' candidates in ``shares`` (one
     seeded draw per split); keeps candidate order. Returns the tasks and the pool sizes over all databases."""
     seen: set[str] = set()
     where = split_of(splits)
@@ -197,41 +194,44 @@ def _select(parts: list[dict], splits: dict[str, tuple[str, ...]], scale: str,
     keep: list[int] = []
     for split, quota in TASKS[scale].items():
         rng = np.random.default_rng(domain_seed(seed, f"__select__:{split}"))
-        for name, share in TARGET_SHARES.items():
+        for name, share in shares.items():
             pool = pools.get((split, name), [])
             order = rng.permutation(len(pool)).tolist()
             keep += [pool[j] for j in order[:round(quota * share)]]
-    sizes = {k: sum(len(v) for (_, kind), v in pools.items() if kind == k) for k in TARGET_SHARES}
+    sizes = {k: sum(len(v) for (_, kind), v in pools.items() if kind == k) for k in shares}
     return [flat[i] for i in sorted(keep)], sizes
 
 
-def demo_is_current(root: str | Path) -> bool:
-    """Whether ``root`` holds a complete embedded benchmark written by this generator version (a cached folder
-    from an older version should be rebuilt: its databases and splits differ)."""
+def demo_is_current(root: str | Path, mix: str = DEFAULT_MIX) -> bool:
+    """Whether ``root`` holds a complete embedded benchmark of task mix ``mix`` written by this generator version
+    (a cached folder from an older version or of another mix should be rebuilt: its databases and tasks differ)."""
     import json
 
     try:
         info = json.loads((Path(root) / BENCHMARK_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(info, dict) and info.get("generator_version") == GENERATOR_VERSION
+    return (isinstance(info, dict) and info.get("generator_version") == GENERATOR_VERSION
+            and info.get("mix", DEFAULT_MIX) == mix)
 
 
-def build_demo(out_dir: str | Path, scale: str = "small", seed: int = 0, *, workers: int | None = None,
-               progress: Callable[[str], None] | None = None) -> DemoBuild:
+def build_demo(out_dir: str | Path, scale: str = "small", seed: int = 0, *, mix: str = DEFAULT_MIX,
+               workers: int | None = None, progress: Callable[[str], None] | None = None) -> DemoBuild:
     """Generate the embedded benchmark into ``out_dir`` (created; existing benchmark files are overwritten).
 
     ``workers`` processes build databases in parallel (default: up to 2); ``progress(db_id)`` is called as each
-    database finishes. Raises `ConfigError` for an unknown scale.
+    database finishes; ``mix`` names the task mix (`bapsql.data.mixes`). Raises `ConfigError` for an unknown scale
+    or mix.
     """
     if scale not in SCALES:
         raise ConfigError(f"scale must be one of {list(SCALES)}, got {scale!r}")
+    mix = mix_named(mix)
     t0 = time.perf_counter()
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     counter_spec, _ = measurement_token_counter()
     workers = workers if workers is not None else min(2, os.cpu_count() or 1)
-    args = [(d, str(root), scale, seed, counter_spec) for d in DOMAINS]
+    args = [(d, str(root), scale, seed, counter_spec, mix) for d in DOMAINS]
     results: dict[str, dict] = {}
     if workers <= 1:
         for a in args:
@@ -247,13 +247,13 @@ def build_demo(out_dir: str | Path, scale: str = "small", seed: int = 0, *, work
                     progress(futures[fut])
     parts = [results[d.db_id] for d in DOMAINS]
     splits = split_databases([p["db_id"] for p in parts], seed=seed, fractions=DEMO_FRACTIONS)
-    chosen, pools = _select(parts, splits, scale, seed)
-    return _write_folder(root, scale, seed, counter_spec, parts, splits, chosen, pools, t0)
+    chosen, pools = _select(parts, splits, scale, seed, mix.shares)
+    return _write_folder(root, scale, seed, counter_spec, parts, splits, chosen, pools, t0, mix.name)
 
 
 def _write_folder(root: Path, scale: str, seed: int, counter_spec: str, parts: list[dict],
                   splits: dict[str, tuple[str, ...]], chosen: list[dict], pools: dict[str, int],
-                  t0: float) -> DemoBuild:
+                  t0: float, mix: str) -> DemoBuild:
     tasks, costs, counts = [], {}, {}
     for c in chosen:
         c = dict(c)
@@ -265,8 +265,9 @@ def _write_folder(root: Path, scale: str, seed: int, counter_spec: str, parts: l
                           gold=Answer.from_json(c.pop("gold")), tags=tuple(c.pop("tags")), **c))
     write_tasks(root / TASKS_FILE, tasks)
     write_json(root / SPLITS_FILE, {"seed": seed, "splits": {k: list(v) for k, v in splits.items()}})
-    info = json_text({"name": DEMO_NAME, "kind": "demo", "version": FORMAT_VERSION, "seed": seed, "scale": scale,
-                      "generator_version": GENERATOR_VERSION, "token_counter": counter_spec, "tag_budget": "XS"})
+    info = {"name": DEMO_NAME, "kind": "demo", "version": FORMAT_VERSION, "seed": seed, "scale": scale,
+            "generator_version": GENERATOR_VERSION, "token_counter": counter_spec, "tag_budget": "XS"}
+    info = json_text(info if mix == DEFAULT_MIX else {**info, "mix": mix})  # the default mix's bytes as before
     shares = _shares(tasks, costs)
     drafts = sum(p["drafts"] for p in parts)
     manifest = {

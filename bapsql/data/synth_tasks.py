@@ -333,6 +333,37 @@ def t_lookup_pair(db, t, rng):
                  f"SELECT * FROM {t.name} WHERE {nc} = {lit(name)}", "", "lookup_pair")
 
 
+def t_topk_long(db, t, rng):
+    """A long ranked list (12-20 labels): the gold result outgrows XS's result tokens; the broad draft (every row,
+    every column) outgrows S's."""
+    nums = cols_of(t, "int", "float")
+    if not nums:
+        return None
+    x, label, k = pick(rng, nums), label_col(db, t), int(pick(rng, (12, 15, 20)))
+    best = pick(rng, (("highest", "DESC"), ("lowest", "ASC")))
+    q = f"List the {label.noun}s of the {k} {t.plural} with the {best[0]} {x.noun}, from {best[0]} to " \
+        f"{'lowest' if best[1] == 'DESC' else 'highest'}."
+    gold = f"SELECT {label.name} FROM {t.name} WHERE {x.name} IS NOT NULL ORDER BY {x.name} {best[1]} LIMIT {k}"
+    return Draft(q, gold, f"SELECT * FROM {t.name} WHERE {x.name} IS NOT NULL", "", "topk_long")
+
+
+def t_list_long(db, t, rng):
+    """A long filtered list (13-20 labels above a threshold): as `t_topk_long`, unordered."""
+    nums, f = cols_of(t, "int", "float"), filter_for(db, t, rng)
+    if not nums or f is None:
+        return None
+    x, label = pick(rng, nums), label_col(db, t)
+    n = db.rows(f"SELECT COUNT(*) FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL")[0][0]
+    if n < 14:
+        return None
+    target = int(rng.integers(12, min(20, n)))
+    thr = db.rows(f"SELECT {x.name} FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL ORDER BY {x.name} DESC "
+                  f"LIMIT 1 OFFSET {target}")[0][0]
+    q = f"Which {f[1]} have a {x.noun} above {thr}? Give all their {label.noun}s."
+    return Draft(q, f"SELECT {label.name} FROM {t.name} WHERE {f[0]} AND {x.name} > {thr}",
+                 f"SELECT * FROM {t.name} WHERE {f[0]}", f[2], "list_long", f[3])
+
+
 TEMPLATES: dict[str, Callable] = {
     "count_filter": t_count_filter, "count_range": t_count_range, "agg_filter": t_agg_filter, "agg_all": t_agg_all,
     "argmax_count": t_argmax_count, "argmax_avg": t_argmax_avg, "topk": t_topk, "list_filter": t_list_filter,
@@ -341,6 +372,7 @@ TEMPLATES: dict[str, Callable] = {
     "date_count": t_date_count, "lookup": t_lookup, "count_distinct": t_count_distinct,
     "entity_list": t_entity_list, "entity_latest": t_entity_latest, "entity_parent": t_entity_parent,
     "entity_count_filter": t_entity_count_filter, "lookup_pair": t_lookup_pair,
+    "topk_long": t_topk_long, "list_long": t_list_long,  # the binding mix's (`bapsql.data.mixes`)
 }
 
 

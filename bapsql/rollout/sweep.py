@@ -68,18 +68,11 @@ class SweepSummary:
 
 
 def benchmark_dir(cfg: ExperimentConfig, *, announce: Callable[[str], None] | None = None) -> Path:
-    """The benchmark folder of ``cfg`` (``demo`` → the cached embedded benchmark, built when missing)."""
-    if cfg.benchmark != "demo":
-        return Path(cfg.benchmark)
-    from bapsql.data.cache import default_cache_dir
-    from bapsql.data.demo import build_demo, demo_is_current
+    """The benchmark folder of ``cfg`` (``demo`` / ``demo:<mix>`` → the cached embedded benchmark at
+    ``cfg.demo_scale``, built when missing)."""
+    from bapsql.data.tasks import resolve_benchmark
 
-    root = default_cache_dir() / f"demo-{cfg.demo_scale}"
-    if not demo_is_current(root):  # missing, or written by an older generator (other databases and splits)
-        if announce:
-            announce(f"building the embedded benchmark ({cfg.demo_scale} scale) into {root} ...")
-        build_demo(root, scale=cfg.demo_scale, seed=0)
-    return root
+    return resolve_benchmark(cfg.benchmark, scale=cfg.demo_scale, announce=announce)
 
 
 def actor_specs(cfg: ExperimentConfig, run_dir: Path, n_workers: int, agents: dict[str, Any],

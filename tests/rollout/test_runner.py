@@ -140,3 +140,12 @@ def test_demo_resolves_to_the_cached_benchmark(tmp_path, bench):
     assert resolve_benchmark("demo", cache_dir=tmp_path, announce=messages.append) == tmp_path / "demo-small"
     assert messages == []  # already there: nothing built
     assert resolve_benchmark(str(bench)) == bench
+
+
+def test_a_demo_spec_with_a_mix_resolves_to_its_own_cached_folder(tmp_path):
+    messages: list[str] = []
+    root = resolve_benchmark("demo:binding", cache_dir=tmp_path, announce=messages.append)
+    assert root == tmp_path / "demo-small-binding" and (root / "benchmark.json").is_file()
+    assert messages == [f"building the embedded demo benchmark (small scale, binding mix) into {root} ..."]
+    assert resolve_benchmark("demo:binding", cache_dir=tmp_path, announce=messages.append) == root
+    assert len(messages) == 1  # cached: not built again
