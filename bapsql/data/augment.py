@@ -28,20 +28,6 @@ import numpy as np
 from bapsql.errors import ConfigError
 from bapsql.types import Task
 
-def benchmark_mix(benchmark_dir: str | Path) -> str:
-    """The task mix recorded in a benchmark folder's ``benchmark.json`` (``default`` when it records none)."""
-    import json
-
-    from bapsql.data.benchmark import BENCHMARK_FILE
-    from bapsql.data.mixes import DEFAULT_MIX
-
-    try:
-        info = json.loads((Path(benchmark_dir) / BENCHMARK_FILE).read_text())
-    except (OSError, ValueError):
-        return DEFAULT_MIX
-    return str(info.get("mix", DEFAULT_MIX)) if isinstance(info, dict) else DEFAULT_MIX
-
-
 def normalise(question: str) -> str:
     return " ".join(question.lower().split())
 
@@ -49,7 +35,7 @@ def normalise(question: str) -> str:
 def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed: int = 1,
                   exclude: Iterable[Task] = (), db_ids: Iterable[str] | None = None) -> list[Task]:
     """Fresh tasks on the databases of ``split`` (see the module docstring); ``db_ids`` narrows the databases."""
-    from bapsql.data.mixes import mix_named
+    from bapsql.data.mixes import mix_named, recorded_mix
     from bapsql.data.synth_domains import DOMAINS
     from bapsql.data.synth_schema import domain_seed
     from bapsql.data.synth_tasks import propose
@@ -59,7 +45,7 @@ def augment_tasks(benchmark_dir: str | Path, split: str, n_rounds: int, *, seed:
     if n_rounds < 1:
         raise ConfigError(f"augment: n_rounds must be >= 1, got {n_rounds}")
     base = load_tasks(benchmark_dir, split)
-    weights = mix_named(benchmark_mix(benchmark_dir)).weights
+    weights = mix_named(recorded_mix(benchmark_dir)).weights
     paths = {t.db_id: t.db_path for t in base}
     wanted = sorted(paths) if db_ids is None else sorted(set(db_ids) & set(paths))
     domains = {d.db_id: d for d in DOMAINS}

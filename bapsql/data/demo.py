@@ -116,7 +116,8 @@ def _build_one(domain: Domain, root: str, scale: str, seed: int, counter_spec: s
     """Build one database and execute its drafts (runs in a worker process). Returns JSON-able candidates.
 
     Gold queries run first under the XS VM cap (cheap). Those that fit XS are 'calm' or 'budget_sensitive' by
-    whether the naive query fits XS too; heavier ones are executed in full (L cap) for at most the mix's heavy_per_db of them.
+    whether the naive query fits XS too; heavier ones are executed in full (L cap), at most the mix's heavy_per_db
+    of them.
     """
     from bapsql.data.gold import derive_gold
     from bapsql.db.sandbox import Sandbox

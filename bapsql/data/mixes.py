@@ -16,8 +16,11 @@ cached embedded benchmark of that mix (`bapsql.data.tasks.resolve_benchmark`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from bapsql.data.benchmark import BENCHMARK_FILE
 from bapsql.errors import ConfigError
 
 DEFAULT_MIX = "default"
@@ -57,3 +60,13 @@ def mix_named(name: str) -> Mix:
         return MIXES[name]
     except KeyError:
         raise ConfigError(f"unknown task mix {name!r}; known: {sorted(MIXES)}") from None
+
+
+def recorded_mix(benchmark_dir: str | Path) -> str:
+    """The task mix a benchmark folder's ``benchmark.json`` records (``default`` when it records none, or for a
+    BIRD / Spider folder, which has no such file)."""
+    try:
+        info = json.loads((Path(benchmark_dir) / BENCHMARK_FILE).read_text())
+    except (OSError, ValueError):
+        return DEFAULT_MIX
+    return str(info.get("mix", DEFAULT_MIX)) if isinstance(info, dict) else DEFAULT_MIX

@@ -120,6 +120,17 @@ def condition(name: str | Condition) -> Condition:
     return CONDITIONS[name]
 
 
+def check_conditions(names, key: str) -> None:
+    """Raise `ConfigError` prefixed with the config key (``key[i]``, or ``key`` for a plain string) of the first name in
+    ``names`` that is not a condition preset; config classes call it from ``__post_init__``."""
+    for where, name in ([(key, names)] if isinstance(names, str) else
+                        [(f"{key}[{i}]", n) for i, n in enumerate(names)]):
+        try:
+            condition(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+
 def split_method(method: str) -> tuple[str, str]:
     """``"P@C"`` → ``("P", "C")``; a name without ``@`` runs under the default condition (``full``)."""
     policy, sep, cond = method.strip().partition(SEPARATOR)

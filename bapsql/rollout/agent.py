@@ -46,8 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class AgentConfig:
     """How a model policy samples. ``model_dir``: the model folder (its tokenizer.json and chat template render
-    prompts and count the env's tokens); ``template_kwargs`` go to every rendering of the chat template. ``max_tokens`` caps each completion; the env's context headroom and, when
-    set, the engine's ``max_model_len`` (prompt + completion) cap it further."""
+    prompts and count the env's tokens); ``template_kwargs`` go to every rendering of the chat template.
+    ``max_tokens`` caps each completion; the env's context headroom and, when set, the engine's ``max_model_len``
+    (prompt + completion) cap it further."""
 
     model_dir: str
     max_tokens: int = 256

@@ -321,16 +321,11 @@ class TrainConfig:
     description: str = ""
 
     def __post_init__(self) -> None:
-        from bapsql.env.conditions import condition as condition_named
+        from bapsql.env.conditions import check_conditions
 
-        for where, name in (("condition", self.condition),
-                            *((f"eval.conditions[{i}]", c) for i, c in enumerate(self.eval.conditions)),
-                            *((f"sft.conditions[{i}]", c) for i, c in enumerate(self.sft.conditions)),
-                            *((f"pretrain.conditions[{i}]", c) for i, c in enumerate(self.pretrain.conditions))):
-            try:
-                condition_named(name)
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from exc
+        check_conditions(self.condition, "condition")
+        for key in ("eval", "sft", "pretrain"):
+            check_conditions(getattr(self, key).conditions, f"{key}.conditions")
         if self.calibration is not None and not Path(self.calibration).is_file():
             raise ConfigError(f"calibration: {self.calibration} is not a file; fit one with `bapsql data calibrate "
                               "--out FILE` or remove the key for the packaged calibration")

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from bapsql.budgets import load_ladder
-from bapsql.data.augment import augment_tasks, benchmark_mix
+from bapsql.data.augment import augment_tasks
 from bapsql.data.demo import DIFFICULTY, demo_is_current
 from bapsql.data.load import load_benchmark
-from bapsql.data.mixes import DEFAULT_MIX, MIXES, mix_named
+from bapsql.data.mixes import DEFAULT_MIX, MIXES, mix_named, recorded_mix
 from bapsql.data.synth_tasks import TEMPLATES
 from bapsql.data.tasks import demo_mix, load_tasks, resolve_benchmark
 from bapsql.errors import ConfigError
@@ -52,7 +52,7 @@ def test_the_binding_mix_is_recorded_and_fills_a_third_of_test_with_gold_over_xs
     assert info["mix"] == "binding" and "mix" not in json.loads((demo_small / "benchmark.json").read_text())
     assert demo_is_current(demo_binding, "binding") and not demo_is_current(demo_binding)
     assert demo_is_current(demo_small) and not demo_is_current(demo_small, "binding")
-    assert benchmark_mix(demo_binding) == "binding" and benchmark_mix(demo_small) == DEFAULT_MIX
+    assert recorded_mix(demo_binding) == "binding" and recorded_mix(demo_small) == DEFAULT_MIX
     ladder = load_ladder()
     costs = json.loads((demo_binding / "manifest.json").read_text())["costs"]
     for root, low, high in ((demo_small, 0.0, 0.05), (demo_binding, 0.2, 0.4)):

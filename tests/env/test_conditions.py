@@ -139,3 +139,14 @@ def test_a_custom_condition_composes_switches(make_env, task):
     env.reset(task, XS)
     r = act(env, ExecuteQuery(BROAD))
     assert r.info["posthoc"] == "profile" and "[E1 compressed profile]" in r.observation
+
+
+def test_check_conditions_names_the_config_key_of_the_first_unknown_condition():
+    from bapsql.env.conditions import check_conditions
+    from bapsql.errors import ConfigError
+
+    check_conditions(("raw", "full"), "eval.conditions")  # every name known: no error
+    with pytest.raises(ConfigError, match=r"^eval\.conditions\[1\]: unknown condition 'nope'"):
+        check_conditions(("raw", "nope", "also_bad"), "eval.conditions")
+    with pytest.raises(ConfigError, match=r"^condition: unknown condition 'nope'"):
+        check_conditions("nope", "condition")

@@ -41,7 +41,7 @@ class ProtocolSettings:
 
     def __post_init__(self) -> None:
         from bapsql.budgets import LEVELS
-        from bapsql.env.conditions import condition as condition_named
+        from bapsql.env.conditions import check_conditions
         from bapsql.policies.registry import WORKFLOW_NAMES
 
         for key in ("workflows", "conditions", "budgets"):
@@ -53,11 +53,7 @@ class ProtocolSettings:
             if w in BUDGET_AWARE:
                 raise ConfigError(f"protocol.workflows[{i}]: {w} adapts to the budget; a protocol-only adapter trains "
                                   f"on budget-blind workflows ({sorted(set(WORKFLOW_NAMES) - BUDGET_AWARE)})")
-        for i, c in enumerate(self.conditions):
-            try:
-                condition_named(c)
-            except ConfigError as exc:
-                raise ConfigError(f"protocol.conditions[{i}]: {exc}") from exc
+        check_conditions(self.conditions, "protocol.conditions")
         for i, b in enumerate(self.budgets):
             if b not in LEVELS:
                 raise ConfigError(f"protocol.budgets[{i}]: {b!r} is not a budget level; use one of {list(LEVELS)}")

@@ -66,13 +66,9 @@ class Table2Config:
     reduced: tuple[str, ...] = ()  # what the quick preset changed, as "key: full value -> quick value"
 
     def __post_init__(self) -> None:
-        from bapsql.env.conditions import condition as condition_named
+        from bapsql.env.conditions import check_conditions
 
-        for i, c in enumerate(self.prompting_conditions):
-            try:
-                condition_named(c)
-            except ConfigError as exc:
-                raise ConfigError(f"prompting_conditions[{i}]: {exc}") from exc
+        check_conditions(self.prompting_conditions, "prompting_conditions")
         if self.reference_condition not in self.prompting_conditions:
             raise ConfigError(f"reference_condition: {self.reference_condition!r} is not one of prompting_conditions "
                               f"{list(self.prompting_conditions)}")
