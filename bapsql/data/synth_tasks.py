@@ -124,20 +124,26 @@ def t_topk(db, t, rng):
     return Draft(q, gold, naive, f[2] if f else "", "topk", f[3] if f else ())
 
 
-def t_list_filter(db, t, rng):
+def _list_above(db, t, rng, *, min_rows: int, high, give: str, template: str):
+    """The labels of the filtered rows whose value lies above a threshold that about ``target`` of them pass, with
+    ``target`` drawn from ``range(*high(n))`` for ``n`` filtered rows (at least ``min_rows``)."""
     nums, f = cols_of(t, "int", "float"), filter_for(db, t, rng)
     if not nums or f is None:
         return None
     x, label = pick(rng, nums), label_col(db, t)
     n = db.rows(f"SELECT COUNT(*) FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL")[0][0]
-    if n < 3:
+    if n < min_rows:
         return None
-    target = int(rng.integers(2, 9))
+    target = int(rng.integers(*high(n)))
     thr = db.rows(f"SELECT {x.name} FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL ORDER BY {x.name} DESC "
                   f"LIMIT 1 OFFSET {min(target, n - 1)}")[0][0]
-    q = f"Which {f[1]} have a {x.noun} above {thr}? Give their {label.noun}s."
+    q = f"Which {f[1]} have a {x.noun} above {thr}? Give {give} {label.noun}s."
     return Draft(q, f"SELECT {label.name} FROM {t.name} WHERE {f[0]} AND {x.name} > {thr}",
-                 f"SELECT * FROM {t.name} WHERE {f[0]}", f[2], "list_filter", f[3])
+                 f"SELECT * FROM {t.name} WHERE {f[0]}", f[2], template, f[3])
+
+
+def t_list_filter(db, t, rng):
+    return _list_above(db, t, rng, min_rows=3, high=lambda n: (2, 9), give="their", template="list_filter")
 
 
 def t_ordered_distinct(db, t, rng):
@@ -348,21 +354,9 @@ def t_topk_long(db, t, rng):
 
 
 def t_list_long(db, t, rng):
-    """A long filtered list (13-20 labels above a threshold): as `t_topk_long`, unordered."""
-    nums, f = cols_of(t, "int", "float"), filter_for(db, t, rng)
-    if not nums or f is None:
-        return None
-    x, label = pick(rng, nums), label_col(db, t)
-    n = db.rows(f"SELECT COUNT(*) FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL")[0][0]
-    if n < 14:
-        return None
-    target = int(rng.integers(12, min(20, n)))
-    thr = db.rows(f"SELECT {x.name} FROM {t.name} WHERE {f[0]} AND {x.name} IS NOT NULL ORDER BY {x.name} DESC "
-                  f"LIMIT 1 OFFSET {target}")[0][0]
-    q = f"Which {f[1]} have a {x.noun} above {thr}? Give all their {label.noun}s."
-    return Draft(q, f"SELECT {label.name} FROM {t.name} WHERE {f[0]} AND {x.name} > {thr}",
-                 f"SELECT * FROM {t.name} WHERE {f[0]}", f[2], "list_long", f[3])
-
+    """A long filtered list (12-19 rows above a threshold): as `t_topk_long`, unordered."""
+    return _list_above(db, t, rng, min_rows=14, high=lambda n: (12, min(20, n)), give="all their",
+                       template="list_long")
 
 TEMPLATES: dict[str, Callable] = {
     "count_filter": t_count_filter, "count_range": t_count_range, "agg_filter": t_agg_filter, "agg_all": t_agg_all,
