@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from bapsql.data.mixes import DEFAULT_MIX, MIXES
+
 _BENCHMARK = click.option(
     "--benchmark", "benchmark", required=True, type=click.Path(path_type=Path),
     help="Benchmark folder: the embedded benchmark (from `bapsql data build-demo`), a BIRD layout or a Spider layout.")
@@ -62,9 +64,9 @@ def data() -> None:
               help="Folder to write (created; benchmark files inside are overwritten).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Generator seed (same seed, same bytes).")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Worker processes (default: up to 2).")
-@click.option("--mix", default="default", show_default=True, type=click.Choice(["default", "binding"]),
+@click.option("--mix", default=DEFAULT_MIX, show_default=True, type=click.Choice(sorted(MIXES)),
               help="Task mix (bapsql.data.mixes): binding adds long lists whose gold outgrows XS and whose broad "
-                   "draft outgrows S, 30 %% of each split.")
+                   "draft outgrows S, 30 percent of each split.")
 def build_demo_cmd(scale: str, out: Path, seed: int, workers: int | None, mix: str) -> None:
     """Generate the embedded benchmark: SQLite databases, tasks with typed gold answers, splits, manifest."""
     from bapsql.data.demo import build_demo

@@ -4,7 +4,7 @@ weights (`bapsql.data.augment`), so a mix shapes training and evaluation alike.
 
 - ``default``: the mix every result before issue 34's binding run used. Nearly every gold query fits XS's result
   tokens and VM steps (1.3 % do not at small scale), so a policy that writes the right query never meets a budget.
-- ``binding``: adds long ranked lists and long filtered lists (8-20 values; `t_topk_long`, `t_list_long`) whose gold
+- ``binding``: adds long ranked lists and long filtered lists (12-20 values; `t_topk_long`, `t_list_long`) whose gold
   result outgrows XS's 80 result tokens and whose broad draft (every matching row, all columns) outgrows S's 250,
   and fills 30 % of each split from the pool whose gold exceeds XS. At XS such a task can only be abstained on; at
   S it fits only when nothing else spent the result tokens first (a peek, a broad draft); so a policy's success

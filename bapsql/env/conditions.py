@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterable, Literal
 
 from bapsql.env.actions import TOOL_NAMES
 from bapsql.errors import ConfigError
@@ -120,7 +120,7 @@ def condition(name: str | Condition) -> Condition:
     return CONDITIONS[name]
 
 
-def check_conditions(names, key: str) -> None:
+def check_conditions(names: str | Iterable[str], key: str) -> None:
     """Raise `ConfigError` prefixed with the config key (``key[i]``, or ``key`` for a plain string) of the first name in
     ``names`` that is not a condition preset; config classes call it from ``__post_init__``."""
     for where, name in ([(key, names)] if isinstance(names, str) else

@@ -11,7 +11,8 @@
    per engine and replica (shared by the methods naming that engine), the trajectory writer (no CPU reserved) —
    with a progress line while they are placed and `PlacementError` for one still unplaced after
    ``workers.placement_timeout_s`` — on a private local Ray (own temp dir under the run dir's ``tmp``, ``num_cpus``
-   explicit, never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes in this process;
+   explicit, never ``ray stop``) or on the cluster at ``address``; ``backend="local"`` runs the same plain classes
+   in this process;
 4. runs the `Driver` with a rich progress bar (a placebo method ``P@shuffled_estimate`` runs after the others: its
    pool is recorded from the logged estimates of ``P@full`` into ``placebo/`` in the run folder, `bapsql.env.placebo`;
    once it ran, how far its shown payloads were from an exact permutation — `placebo_run_stats`, ``unmatched`` — is
