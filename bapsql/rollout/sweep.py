@@ -41,6 +41,7 @@ from bapsql.files import atomic_write_text
 from bapsql.models.resolve import resolve_model
 from bapsql.progress import Progress
 from bapsql.rollout.backend import ActorSpec
+from bapsql.rollout.completion_cap import warn_completion_cap
 from bapsql.rollout.driver import CellStats, Driver, DriverConfig, RolloutResult
 from bapsql.rollout.groups import GroupSampler
 from bapsql.rollout.phases import engine_phases, phase_experiment
@@ -144,6 +145,10 @@ def run_sweep(cfg: ExperimentConfig, *, address: str | None = None, out_dir: str
         agents[method] = AgentConfig(model_dir=str(ec.tokenizer_dir or ec.model), max_tokens=s.max_tokens,
                                      temperature=s.temperature, top_p=s.top_p, max_model_len=ec.max_model_len,
                                      template_kwargs=dict(ec.chat_template_kwargs))
+    for name, ec in engines.items():  # an answer longer than a turn's new tokens cannot be given (completion_cap)
+        warn_completion_cap(tasks, ec.tokenizer_dir or ec.model, cfg.sampling.max_tokens,
+                            where=f"`{cfg.split}` (engine {name})",
+                            key="sampling.max_tokens (a training config's eval.max_new_tokens)", say=say)
     n_workers = max(1, min(cfg.workers.env_workers, len({t.db_id for t in tasks}) or 1))
     actors, engine_keys = actor_specs(cfg, run_dir, n_workers, agents, engines)
     own_monitor = monitor is None

@@ -228,6 +228,7 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     In order: the model it starts from, the data it trains on, the rollouts + learner + loop (wired once by
     `build_grpo`), the updates, the policy it keeps, the result."""
     from bapsql.data.tasks import resolve_benchmark
+    from bapsql.rollout.completion_cap import warn_completion_cap
     from bapsql.train.loop.grpo_data import grpo_prompt_tasks, validation_tasks, write_prompt_record
     from bapsql.train.loop.grpo_setup import build_grpo
 
@@ -241,6 +242,8 @@ def run_grpo_stage(cfg: TrainConfig, seed: int, *, resume: bool = False, console
     tasks, empty = grpo_prompt_tasks(cfg, seed, root)
     write_prompt_record(cfg, tasks, empty, grpo_dir)
     _say(console, _prompts_line(cfg, tasks, empty))
+    warn_completion_cap(tasks, base, cfg.grpo.max_new_tokens, where="GRPO prompt",
+                        key="grpo.max_new_tokens", say=lambda m: _say(console, m))
     every = cfg.grpo.validate_every
     val_tasks = validation_tasks(cfg, seed, root, exclude=tasks) if every else []
     # the rollouts, the learner and the loop; the validator plays the validation questions on the same rollouts
