@@ -106,6 +106,12 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     assert sft_model.stat().st_mtime_ns == stamp  # reused, not retrained
     for stage in ("rl_full", "rl_sql", "eval"):
         assert stages[stage]["finished"] and stages[stage]["seconds"] > 0
+    # the trained rows are evaluated first (an interrupted sweep has them whole), the prompting rows after
+    methods = json.loads((run / "table2" / "eval" / "sweep.json").read_text())["config"]["methods"]
+    assert [m[len("model."):].split("@")[0] for m in methods[:3]] == ["sft", "sql_rl", "bap_rl"]
+    assert [m.split("@")[1] for m in methods[3:]] == ["raw", "dashboard", "adaptive_posthoc"]
+    # 16 new tokens a turn cannot hold the answers of the toy's lists: GRPO and the sweep say so before they run
+    assert "gold answers need more than 16 new tokens" in " ".join((again.stdout + again.stderr).split())
     report = out / "toy-table2"
     md = (report / "table2.md").read_text()
     for label in ("Raw agent", "Dashboard", "Adaptive post-hoc", "BAP-SQL SFT", "SQL-RL (matched)", "BAP-SQL RL"):

@@ -151,7 +151,8 @@ def render_headroom(rows: Sequence[LevelHeadroom]) -> str:
     for r in rows:
         lines.append(f"{r.level} greedy outcomes: " + ", ".join(f"{k} {v}" for k, v in r.failures.items()))
         if r.failed_sql:
-            lines.append(f"{r.level} greedy failures' SQL vs gold: " + ", ".join(f"{k} {v}" for k, v in r.failed_sql.items()))
+            failed = ", ".join(f"{k} {v}" for k, v in r.failed_sql.items())
+            lines.append(f"{r.level} greedy failures' SQL vs gold: {failed}")
     return "\n".join(lines)
 
 

@@ -49,7 +49,8 @@ class ProtocolSettings:
                 raise ConfigError(f"protocol.{key}: list at least one")
         for i, w in enumerate(self.workflows):
             if w not in WORKFLOW_NAMES:
-                raise ConfigError(f"protocol.workflows[{i}]: {w!r} is not a workflow; use one of {list(WORKFLOW_NAMES)}")
+                raise ConfigError(f"protocol.workflows[{i}]: {w!r} is not a workflow; "
+                                  f"use one of {list(WORKFLOW_NAMES)}")
             if w in BUDGET_AWARE:
                 raise ConfigError(f"protocol.workflows[{i}]: {w} adapts to the budget; a protocol-only adapter trains "
                                   f"on budget-blind workflows ({sorted(set(WORKFLOW_NAMES) - BUDGET_AWARE)})")

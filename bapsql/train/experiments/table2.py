@@ -10,7 +10,8 @@ Per training seed ``k`` (run dir ``<out_dir>/<name>-seed<k>``, the recipe's layo
 - ``rl_full`` and ``rl_sql``: GRPO from that one SFT model with ``reward.variant`` ``full`` (BAP-SQL RL) and
   ``correctness`` (matched SQL-RL), in ``rl_full/`` and ``rl_sql/``: same prompts, filter, update budget and seed;
 - ``eval``: one sweep (`bapsql.rollout.sweep.run_sweep`) over the rows of `table2_rows` at ``train.eval.budgets`` on
-  ``train.data.eval_split``, into ``table2/eval``. The sweep's seed is the training seed, so the analysis's seed axis
+  ``train.data.eval_split``, into ``table2/eval``, the trained rows first (a sweep stopped part-way has them whole
+  to resume after). The sweep's seed is the training seed, so the analysis's seed axis
   is the adapter seed, as in the paper (``train.eval.seeds`` is set from ``train.seeds`` by the loader).
 
 Then, once over every seed, ``report`` (`bapsql.train.experiments.table2_report`) into ``<out_dir>/<name>-table2``:
@@ -195,8 +196,9 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
     small = _build(merged, p.parent, f"{p} (quick)", out_dir)
     before, after = _flatten(dataclasses.asdict(full.train)), _flatten(dataclasses.asdict(small.train))
     reduced = tuple(f"train.{k}: {before.get(k)} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v)
-    reduced += tuple(f"{k}: {getattr(full, k)} -> {getattr(small, k)}" for k in ("prompting_model",
-                     "prompting_conditions", "reference_condition", "protocol") if getattr(full, k) != getattr(small, k))
+    top = ("prompting_model", "prompting_conditions", "reference_condition", "protocol")
+    reduced += tuple(f"{k}: {getattr(full, k)} -> {getattr(small, k)}"
+                     for k in top if getattr(full, k) != getattr(small, k))
     return dataclasses.replace(small, preset="quick", reduced=reduced) if quick else full
 
 

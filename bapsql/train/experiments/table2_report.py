@@ -255,8 +255,8 @@ def _mechanism_lines(res: Table2Result, s: Summary, group_size: int) -> list[str
     rows = {r.logged: r.label for r in res.rows}
     lines = ["", "## Mechanism diagnostics", "",
              "Evaluation sweep (greedy): share of episodes with at least one policy-visible warning, and of those the "
-             "share that rewrote a query.", "", "| row | level | episodes | ≥ 1 warning (%) | rewrite given warning (%) |",
-             "|---|---|---|---|---|"]
+             "share that rewrote a query.", "",
+             "| row | level | episodes | ≥ 1 warning (%) | rewrite given warning (%) |", "|---|---|---|---|---|"]
     lines += [f"| {rows[w.method]} | {w.budget} | {w.episodes} | {_f(w.warned_pct)} | "
               f"{_f(w.rewrite_given_warning_pct)} |" for w in s.warning_flow if w.method in rows]
     lines += ["", f"GRPO training groups ({group_size} samples of one question at one level): the full reward "

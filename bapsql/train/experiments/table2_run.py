@@ -52,7 +52,10 @@ def _run_seed_stage(cfg: Table2Config, seed: int, stage: str, action: Action, co
         from bapsql.train.recipe.evaluation import eval_experiment
 
         out = run / "table2" / "eval"
-        exp = eval_experiment(t, eval_models(cfg, seed, console), tuple(r.method for r in table2_rows(cfg)),
+        # the trained rows first (the sweep runs one engine after another): a sweep stopped part-way on a slow
+        # machine has whole SFT / SQL-RL / BAP-SQL RL rows to resume after, not whole prompting rows
+        rows = sorted(table2_rows(cfg), key=lambda r: r.key in cfg.prompting_conditions)
+        exp = eval_experiment(t, eval_models(cfg, seed, console), tuple(r.method for r in rows),
                               run=f"{t.name}-seed{seed}-table2", split=t.data.eval_split, out_dir=out, seeds=(seed,))
         run_sweep(exp, address=t.rollout.ray_address, out_dir=out, console=console,
                   backend="ray" if t.rollout.use_ray else "local")
