@@ -101,6 +101,7 @@ def test_warn_reads_the_model_folders_tokenizer_and_skips_a_folder_without_one(t
     assert len(said) == 1
 
 
+@pytest.mark.slow
 def test_a_local_sweep_warns_before_it_runs_when_answers_outgrow_the_cap(tmp_path_factory, tmp_path, caplog):
     pytest.importorskip("torch")
     from bapsql.experiment import ExperimentConfig, SamplingConfig, WorkersConfig, validate
