@@ -5,6 +5,8 @@ XS-L (issue 34): Budgeted Success per level, and the share of test tasks whose g
 
 Each mix's embedded benchmark comes from the cache (`demo:<mix>`, built when missing); every policy is swept with
 the in-process runner (`bapsql.rollout.runner.evaluate`, seed 0) into ``OUT/<mix>/<policy>`` (rerunning resumes).
+The rates come from the logged episodes, not from the call's summary, which counts only the episodes that call ran:
+a resumed rerun printed 0.0 everywhere before.
 Scripted policies write the oracle's SQL, so a level where one of them fails is a level where the budget, not SQL
 skill, decided the episode.
 """
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from bapsql.budgets import load_ladder
     from bapsql.data.measure import QueryCost
     from bapsql.data.tasks import load_tasks, resolve_benchmark
+    from bapsql.logs.reader import read_episodes
     from bapsql.rollout.runner import evaluate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -45,8 +48,13 @@ def main(argv: list[str] | None = None) -> None:
               + ", ".join(f"{k} {v:.1%}" for k, v in over.items()) + "\n")
         print("| policy | " + " | ".join(LEVELS) + " |\n|---|" + "---|" * len(LEVELS))
         for policy in POLICIES:
-            s = evaluate(root, args.split, policy, list(LEVELS), [0], Path(args.out) / mix / policy)
-            rate = {b.budget: b.success_rate for b in s.per_budget}
+            out = Path(args.out) / mix / policy
+            evaluate(root, args.split, policy, list(LEVELS), [0], out)
+            eps = read_episodes(out, columns=["budget", "task_id", "success"])
+            if len(eps) != len(tasks) * len(LEVELS) or eps.duplicated(["budget", "task_id"]).any():
+                raise SystemExit(f"{out}: {len(eps)} logged episodes, expected {len(tasks) * len(LEVELS)} "
+                                 f"(one per task and level); remove the folder and rerun")
+            rate = eps.groupby("budget")["success"].mean().to_dict()
             print(f"| {policy} | " + " | ".join(f"{100 * rate[lvl]:.1f}" for lvl in LEVELS) + " |")
 
 

@@ -96,12 +96,18 @@ def group_spread(episodes: pd.DataFrame, *, reward: RewardConfig = RewardConfig(
     return tuple(sorted(out, key=lambda s: level_key(s.budget)))
 
 
-def read_group_spread(rollouts_dir) -> tuple[GroupSpread, ...]:
-    """`group_spread` of the GRPO rollout logs in ``rollouts_dir`` (``<run>/<stage>/rollouts``); () when none."""
+def read_group_spread(rollouts_dir, *, updates: int | None = None) -> tuple[GroupSpread, ...]:
+    """`group_spread` of the GRPO rollout logs in ``rollouts_dir`` (``<run>/<stage>/rollouts``); () when none.
+    ``updates``: keep the rollouts of the stage's first ``updates`` updates only (``policy_version < updates``). A
+    stage stopped during an update leaves that update's rollouts on disk, sampled for an update it never made; a
+    stage that then ends earlier (or redoes the update) must not count them."""
     from pathlib import Path
 
     from bapsql.logs.reader import part_files, read_episodes
 
     if not Path(rollouts_dir).is_dir() or not part_files(rollouts_dir, "episodes"):
         return ()
-    return group_spread(read_episodes(rollouts_dir, columns=COLUMNS))
+    episodes = read_episodes(rollouts_dir, columns=COLUMNS + ("policy_version",))
+    if updates is not None:
+        episodes = episodes[episodes["policy_version"] < updates]
+    return group_spread(episodes) if len(episodes) else ()

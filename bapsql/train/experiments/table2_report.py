@@ -291,7 +291,7 @@ def write_report(cfg: Table2Config, *, console: Any = None) -> Path:
     figures += _learning_curves(cfg, out)
     res = dataclasses.replace(table2_result(cfg, s2, s3), spread={
         f"{stage} seed {k}": sp for k in t.seeds for stage in RL_REWARDS
-        if (sp := read_group_spread(t.run_dir(k) / stage / "rollouts"))})
+        if (sp := read_group_spread(t.run_dir(k) / stage / "rollouts", updates=t.grpo.updates))})
     times = {k: read_stages(stages_path(cfg, k)) for k in t.seeds}
     (out / "table2.json").write_text(json.dumps(_jsonable(dataclasses.asdict(res) | {"stages": times}), indent=1)
                                      + "\n")

@@ -125,3 +125,17 @@ def test_reads_real_rollout_parquet(tmp_path):
     spread = {s.budget: s for s in read_group_spread(tmp_path / "rollouts")}
     assert spread["XS"].full_differs_pct == 100.0 and spread["L"].full_differs_pct == 0.0
     assert read_group_spread(tmp_path / "absent") == ()
+
+
+def test_rollouts_of_an_update_never_made_are_left_out(tmp_path):
+    from bapsql.analysis.synthetic import write_run
+
+    made = _group("a", "XS", [1, 1, 0], [1, 2, 1], [0.5, 0.5, 0.0])  # update 1's groups: sampled by version 0
+    never = [{**r, "policy_version": 1} for r in _group("b", "XS", [1, 1, 0], [1, 1, 1], [0.5, 0.5, 0.0])]
+    rows = [{**r, "task_id": r["group_id"], "condition": "full", "sample": i} for i, r in enumerate(made + never)]
+    write_run(tmp_path / "rollouts", episodes_table(rows), None)
+    (xs,) = read_group_spread(tmp_path / "rollouts", updates=1)
+    assert xs.groups == 1 and xs.full_differs_pct == 100.0
+    (both,) = read_group_spread(tmp_path / "rollouts")  # every logged rollout
+    assert both.groups == 2 and both.full_differs_pct == 50.0
+    assert read_group_spread(tmp_path / "rollouts", updates=0) == ()
