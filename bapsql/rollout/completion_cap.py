@@ -2,8 +2,8 @@
 
 An ``answer`` call carries every value of the answer in a single turn. A task whose gold answer call is longer than
 the engine's ``max_tokens`` cannot be answered by any policy under that cap. Its completion is cut, the call does not
-parse, and the episode ends out of turns, however right its SQL was. Issue 34 met this silently: 96 new tokens a turn
-cut 22 of the binding mix's 55 `test` answers (97-183 SmolLM2 tokens each).
+parse, and the episode ends out of turns, however right its SQL was. Issue 34 met this silently: with 96 new tokens a
+turn, 23 of the binding mix's 55 `test` answer calls did not fit (the longest is 195 SmolLM2 tokens).
 
 `check_completion_cap` measures each task's gold answer call, rendered as a policy would write it (`gold_answer_call`:
 the canonical tool call with one citation), with the policy's own tokenizer. It is a lower bound on what the turn
