@@ -18,8 +18,10 @@ Then, once over every seed, ``report`` (`bapsql.train.experiments.table2_report`
 Table 2 (reference: the dashboard row), the Table 3 gate (reference: the SFT row), the figures and ``table2.md``.
 
 Resume: a stage is finished when ``<run>/table2/stages.json`` records it so; finished stages are reused, GRPO
-continues from its latest checkpoint (``rl_*/checkpoints``) and the sweep skips the episodes it already logged.
-`plan_stages` says which of run / resume / reuse / skip each stage gets, from the files alone.
+continues from its latest checkpoint (``rl_*/checkpoints``, also when ``grpo.updates`` grew) and the sweep skips the
+episodes it already logged; a stage older than what it was made from is made again, its old output set aside.
+`bapsql.train.experiments.stage_plan.plan_stages` says which of run / resume / reuse / skip / redo each stage gets,
+from the files alone.
 
 Config (``configs/experiments/table2_cpu.yaml``)::
 
@@ -37,20 +39,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from bapsql.config import from_mapping, read_yaml
 from bapsql.errors import ConfigError
-from bapsql.files import atomic_write_text
 from bapsql.train.config import TrainConfig, _deep_merge, resolve_extends
 from bapsql.train.experiments.protocol import ProtocolSettings, protocol_model_dir
 
 SEED_STAGES: tuple[str, ...] = ("pretrain", "protocol", "sft", "rl_full", "rl_sql", "eval")
 STAGES: tuple[str, ...] = SEED_STAGES + ("report",)
 RL_REWARDS: dict[str, str] = {"rl_full": "full", "rl_sql": "correctness"}  # stage -> reward.variant
-Action = Literal["run", "resume", "reuse", "skip"]
+Action = Literal["run", "resume", "reuse", "skip", "redo"]  # bapsql.train.experiments.stage_plan
 
 
 @dataclass(frozen=True)
@@ -202,72 +202,6 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
     return dataclasses.replace(small, preset="quick", reduced=reduced) if quick else full
 
 
-# ------------------------------------------------------------------------------------------------------- stages
-def stages_path(cfg: Table2Config, seed: int) -> Path:
-    return cfg.train.run_dir(seed) / "table2" / "stages.json"
-
-
-def read_stages(path: Path) -> dict[str, dict]:
-    """The stage records of ``stages.json`` (stage -> {finished, seconds, attempts}); empty when there is none."""
-    return json.loads(path.read_text())["stages"] if path.is_file() else {}
-
-
-def record_attempt(path: Path, stage: str, action: str, seconds: float, finished: bool) -> dict[str, dict]:
-    """Add one attempt of ``stage`` to ``stages.json`` (atomically); ``seconds`` (the stage's total) sums the
-    attempts that computed something (run / resume). Returns the updated records."""
-
-    stages = read_stages(path)
-    rec = stages.setdefault(stage, {"finished": False, "seconds": 0.0, "attempts": []})
-    rec["attempts"].append({"action": action, "seconds": round(seconds, 2), "finished": finished,
-                            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    rec["seconds"] = round(sum(a["seconds"] for a in rec["attempts"] if a["action"] in ("run", "resume")), 2)
-    rec["finished"] = rec["finished"] or finished
-    atomic_write_text(path, json.dumps({"stages": stages}, indent=1) + "\n")
-    return stages
-
-
-def _output_exists(cfg: Table2Config, seed: int, stage: str) -> bool:
-    run = cfg.train.run_dir(seed)
-    return {"pretrain": (run / "pretrain" / "model" / "config.json").is_file(),
-            "protocol": (protocol_model_dir(cfg.train, seed) / "config.json").is_file(),
-            "sft": (run / "sft" / "merged" / "config.json").is_file(),
-            "rl_full": (run / "rl_full" / "merged" / "config.json").is_file(),
-            "rl_sql": (run / "rl_sql" / "merged" / "config.json").is_file(),
-            "eval": (run / "table2" / "eval").is_dir()}[stage]
-
-
-def _partial(cfg: Table2Config, seed: int, stage: str) -> bool:
-    """Whether an unfinished stage left something to continue from (a GRPO checkpoint, logged episodes)."""
-    from bapsql.train.learner.checkpoint import latest_checkpoint
-
-    run = cfg.train.run_dir(seed)
-    if stage in RL_REWARDS:
-        return latest_checkpoint(run / stage / "checkpoints") is not None
-    if stage == "eval":
-        return any((run / "table2" / "eval").rglob("*.parquet"))
-    return False
-
-
-def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Action]:
-    """What each of the seed's stages will do: ``skip`` (not wanted, pretraining disabled, or no protocol model
-    asked for), ``reuse`` (recorded finished and its output is there), ``resume`` (a checkpoint or logged episodes
-    to continue from), else ``run``."""
-    unknown = sorted(set(wanted) - set(STAGES))
-    if unknown:
-        raise ConfigError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")
-    done = read_stages(stages_path(cfg, seed))
-    plan: dict[str, Action] = {}
-    for stage in SEED_STAGES:
-        if stage not in wanted or (stage == "pretrain" and not cfg.train.pretrain.enabled) or (
-                stage == "protocol" and cfg.prompting_model != "protocol"):
-            plan[stage] = "skip"
-        elif done.get(stage, {}).get("finished") and _output_exists(cfg, seed, stage):
-            plan[stage] = "reuse"
-        else:
-            plan[stage] = "resume" if _partial(cfg, seed, stage) else "run"
-    return plan
-
-
 def rl_config(cfg: TrainConfig, stage: str) -> TrainConfig:
     """The training config of GRPO stage ``stage``: the same in everything but ``reward.variant``."""
     return dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, variant=RL_REWARDS[stage]))
@@ -302,17 +236,27 @@ def rl_pair(cfg: Table2Config, seed: int) -> RLPair:
     return RLPair(a["sft_adapter_sha256"], same, diff)
 
 
-def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, Path]:
-    """Engine name -> merged model folder of the rows (`table2_rows`)."""
-    from bapsql.train.recipe.pipeline import base_model, sft_dir
+def trained_models(cfg: Table2Config, seed: int) -> dict[str, Path]:
+    """Engine name -> merged model folder of the rows this experiment trains (the protocol model when it is one, SFT,
+    SQL-RL, BAP-SQL RL); the folders exist once their stages ran."""
+    from bapsql.train.recipe.pipeline import sft_dir
 
     run = cfg.train.run_dir(seed)
     models = {"sft": sft_dir(cfg.train, seed) / "merged", "sql_rl": run / "rl_sql" / "merged",
               "bap_rl": run / "rl_full" / "merged"}
+    if cfg.prompting_model == "protocol":
+        models = {"protocol": protocol_model_dir(cfg.train, seed), **models}
+    return models
+
+
+def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, Path]:
+    """Engine name -> merged model folder of the rows (`table2_rows`): `trained_models`, and the base model when it
+    plays the prompting rows."""
+    from bapsql.train.recipe.pipeline import base_model
+
+    models = trained_models(cfg, seed)
     if cfg.prompting_model == "base":
         models = {"base": base_model(cfg.train, console, seed=seed), **models}
-    elif cfg.prompting_model == "protocol":
-        models = {"protocol": protocol_model_dir(cfg.train, seed), **models}
     for name, path in models.items():
         if not (path / "config.json").is_file():
             raise ConfigError(f"eval: no model for {name} at {path}; run the stages before eval")

@@ -24,9 +24,8 @@ from typing import Any
 
 from bapsql.analysis.analyze import Summary
 from bapsql.train.experiments.mechanism import GroupSpread, read_group_spread
-from bapsql.train.experiments.table2 import (
-    RL_REWARDS, SEED_STAGES, Row, Table2Config, read_stages, stages_path, table2_rows,
-)
+from bapsql.train.experiments.stage_plan import read_stages, stages_path
+from bapsql.train.experiments.table2 import RL_REWARDS, SEED_STAGES, Row, Table2Config, table2_rows
 
 LEVELS: tuple[str, ...] = ("XS", "S", "M", "L")
 # The paper's Table 2 (BIRD-derived dev set, Qwen-class 4B backbone, three adapters): XS, S, M, L, Frontier Score.

@@ -1,5 +1,5 @@
 """Running Table 2 in miniature (issue 16): `run_table2` runs every seed's wanted stages in order
-(`bapsql.train.experiments.table2.plan_stages` says run / resume / reuse / skip for each), times each into
+(`bapsql.train.experiments.stage_plan.plan_seed` says run / resume / reuse / skip / redo for each, and why), times each into
 ``<run>/table2/stages.json``, then writes the report (`bapsql.train.experiments.table2_report`). It sits above both
 modules, so the config and plan (`table2`) never import the report that reads them.
 """
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bapsql.train.experiments.stage_plan import COMPUTES, Step, plan_seed, read_stages, record_attempt, set_aside, stages_path
 from bapsql.train.experiments.table2 import (
     RL_REWARDS,
     SEED_STAGES,
@@ -18,11 +19,7 @@ from bapsql.train.experiments.table2 import (
     Action,
     Table2Config,
     eval_models,
-    plan_stages,
-    read_stages,
-    record_attempt,
     rl_config,
-    stages_path,
     table2_rows,
 )
 from bapsql.train.experiments.table2_report import write_report
@@ -73,18 +70,22 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, console: 
 
     t = cfg.train
     for seed in t.seeds:
-        plan = plan_stages(cfg, seed, stages)
+        steps = plan_seed(cfg, seed, stages)
+        plan = {s: step.action for s, step in steps.items()}
         run = t.run_dir(seed)
         run.mkdir(parents=True, exist_ok=True)
         _say(console, f"seed {seed}: " + ", ".join(f"{s} {a}" for s, a in plan.items()))
-        need_ray = plan["sft"] in ("run", "resume") or plan["protocol"] in ("run", "resume") or (
-            t.rollout.use_ray and any(plan[s] in ("run", "resume") for s in ("rl_full", "rl_sql", "eval")))
+        for s, step in steps.items():
+            if step.why:
+                _say(console, f"seed {seed} {s}: {step.action}: {step.why}")
+        need_ray = plan["sft"] in COMPUTES or plan["protocol"] in COMPUTES or (
+            t.rollout.use_ray and any(plan[s] in COMPUTES for s in ("rl_full", "rl_sql", "eval")))
         if plan["pretrain"] != "skip":  # alone, before any Ray process takes a core
-            _timed(cfg, seed, "pretrain", plan["pretrain"], console)
+            _timed(cfg, seed, "pretrain", steps["pretrain"], console)
         with (ray_context(t, run) if need_ray else contextlib.nullcontext()):
             for stage in SEED_STAGES[1:]:
                 if plan[stage] != "skip":
-                    _timed(cfg, seed, stage, plan[stage], console)
+                    _timed(cfg, seed, stage, steps[stage], console)
     if "report" not in stages:
         return None
     t0 = time.perf_counter()
@@ -94,13 +95,16 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, console: 
     return out
 
 
-def _timed(cfg: Table2Config, seed: int, stage: str, action: Action, console: Any) -> None:
+def _timed(cfg: Table2Config, seed: int, stage: str, step: Step, console: Any) -> None:
     path = stages_path(cfg, seed)
+    action = step.action
     if action == "reuse":
         prior = read_stages(path)[stage]["seconds"]
         record_attempt(path, stage, "reuse", 0.0, True)
         _say(console, f"seed {seed} {stage}: reused (finished before, {prior:.0f} s)")
         return
+    for moved in set_aside(cfg, seed, stage, step):
+        _say(console, f"seed {seed} {stage}: set aside -> {moved}")
     _say(console, f"seed {seed} {stage}: {action} ...")
     t0 = time.perf_counter()
     _run_seed_stage(cfg, seed, stage, action, console)

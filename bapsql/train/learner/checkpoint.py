@@ -115,6 +115,14 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checkpoint_update(path: str | Path) -> int:
+    """The update a checkpoint folder was saved at (its name, ``update-NNNNNN``); `ConfigError` for another name."""
+    m = _NAME.match(Path(path).name)
+    if m is None:
+        raise ConfigError(f"{path} is not a checkpoint folder (expected a name like update-000001)")
+    return int(m.group(1))
+
+
 def prune(root: str | Path, keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` checkpoints; returns the deleted folders."""
     found = list_checkpoints(root)

@@ -11,19 +11,10 @@ import pytest
 import yaml
 
 from bapsql.errors import ConfigError
-from bapsql.train.experiments.table2 import (
-    SEED_STAGES,
-    load_table2_config,
-    plan_stages,
-    read_stages,
-    record_attempt,
-    rl_config,
-    stages_path,
-    table2_rows,
-)
+from bapsql.train.experiments.stage_plan import plan_stages, read_stages, record_attempt, stages_path
+from bapsql.train.experiments.table2 import load_table2_config, rl_config, table2_rows
 
 REPO = Path(__file__).resolve().parents[3]
-CKPT_NAME = "update-000001"
 CPU = REPO / "configs" / "experiments" / "table2_cpu.yaml"
 GPU = REPO / "configs" / "experiments" / "table2_gpu.yaml"
 
@@ -37,6 +28,11 @@ def _write(tmp_path: Path, doc: dict) -> Path:
 def _doc(**extra) -> dict:
     train = {"extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"), "name": "t2", "monitor": {"kind": "none"}}
     return {"train": train, **extra}
+
+
+def _touch_model(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
 
 
 # ------------------------------------------------------------------------------------------------------- config
@@ -98,64 +94,6 @@ def test_rl_stages_differ_only_in_the_reward(tmp_path):
     full, sql = rl_config(t, "rl_full"), rl_config(t, "rl_sql")
     assert full.reward.variant == "full" and sql.reward.variant == "correctness"
     assert dataclasses.replace(sql, reward=full.reward) == full
-
-
-# ------------------------------------------------------------------------------------------------------- stages
-def _touch_model(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text("{}")
-
-
-def test_plan_reuses_finished_stages_and_resumes_partial_ones(tmp_path):
-    cfg = load_table2_config(_write(tmp_path, _doc()), out_dir=str(tmp_path / "runs"))
-    run = cfg.train.run_dir(0)
-    assert plan_stages(cfg, 0) == {s: "skip" if s == "protocol" else "run" for s in SEED_STAGES}
-    assert plan_stages(cfg, 0, ("sft", "eval"))["pretrain"] == "skip"
-    _touch_model(run / "pretrain" / "model")
-    _touch_model(run / "sft" / "merged")
-    record_attempt(stages_path(cfg, 0), "pretrain", "run", 12.5, True)
-    # SFT's output is there but no record says it finished (killed while saving): it runs again
-    plan = plan_stages(cfg, 0)
-    assert plan["pretrain"] == "reuse" and plan["sft"] == "run"
-    record_attempt(stages_path(cfg, 0), "sft", "run", 3.0, True)
-    ckpt = run / "rl_full" / "checkpoints" / CKPT_NAME
-    ckpt.mkdir(parents=True)
-    (ckpt / "state.json").write_text("{}")  # a complete checkpoint folder (bapsql.train.learner.checkpoint)
-    plan = plan_stages(cfg, 0)
-    assert plan == {"pretrain": "reuse", "protocol": "skip", "sft": "reuse", "rl_full": "resume", "rl_sql": "run",
-                    "eval": "run"}
-    (run / "table2" / "eval" / "episodes").mkdir(parents=True)
-    (run / "table2" / "eval" / "episodes" / "part-0.parquet").write_bytes(b"")
-    assert plan_stages(cfg, 0)["eval"] == "resume"
-    # a recorded stage whose output was deleted runs again
-    import shutil
-
-    shutil.rmtree(run / "sft")
-    assert plan_stages(cfg, 0)["sft"] == "run"
-
-
-def test_pretrain_is_skipped_when_disabled(tmp_path):
-    doc = _doc()
-    doc["train"]["pretrain"] = {"enabled": False}
-    cfg = load_table2_config(_write(tmp_path, doc), out_dir=str(tmp_path / "runs"))
-    assert plan_stages(cfg, 0)["pretrain"] == "skip"
-
-
-def test_unknown_stage_is_named(tmp_path):
-    cfg = load_table2_config(_write(tmp_path, _doc()), out_dir=str(tmp_path / "runs"))
-    with pytest.raises(ConfigError, match="grpo"):
-        plan_stages(cfg, 0, ("grpo",))
-
-
-def test_stage_record_sums_the_attempts_that_computed(tmp_path):
-    path = tmp_path / "stages.json"
-    record_attempt(path, "rl_full", "run", 10.0, False)
-    record_attempt(path, "rl_full", "resume", 5.0, True)
-    stages = record_attempt(path, "rl_full", "reuse", 0.0, True)
-    rec = stages["rl_full"]
-    assert rec["finished"] and rec["seconds"] == 15.0
-    assert [a["action"] for a in rec["attempts"]] == ["run", "resume", "reuse"]
-    assert read_stages(path) == json.loads(path.read_text())["stages"]
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -294,20 +232,6 @@ def test_smollm2_config_runs_the_prompting_rows_on_a_protocol_only_adapter():
     assert plan["pretrain"] == "skip" and plan["protocol"] == "run"
     quick = load_table2_config(SMOLLM2, quick=True)
     assert quick.protocol.export_pairs < cfg.protocol.export_pairs and quick.train.name != t.name
-
-
-def test_protocol_model_is_reused_from_its_own_run(tmp_path):
-    from bapsql.train.experiments.protocol import protocol_model_dir
-
-    cfg = load_table2_config(_write(tmp_path, _doc(prompting_model="protocol", protocol={"export_pairs": 6})),
-                             out_dir=str(tmp_path / "runs"))
-    merged = protocol_model_dir(cfg.train, 0)
-    assert merged == tmp_path / "runs" / "t2-protocol-seed0" / "sft" / "merged"
-    assert plan_stages(cfg, 0)["protocol"] == "run"
-    _touch_model(merged)
-    record_attempt(stages_path(cfg, 0), "protocol", "run", 1.0, True)
-    assert plan_stages(cfg, 0)["protocol"] == "reuse"
-    assert [r.engine for r in table2_rows(cfg)][:3] == ["protocol"] * 3
 
 
 @pytest.mark.parametrize("extra,named", [

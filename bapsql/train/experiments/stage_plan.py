@@ -1,0 +1,221 @@
+"""The stage plan of Table 2 in miniature (`bapsql.train.experiments.table2`): what each of a seed's stages will do,
+decided from the run's files alone, and the ledger of what each stage did (``<run>/table2/stages.json``).
+
+Actions (`Action`), in stage order, each stage seeing what the ones before it will do:
+
+- ``skip``: not wanted, pretraining disabled, or no protocol model asked for;
+- ``reuse``: recorded finished, its output there, and nothing it was made from newer;
+- ``resume``: something to continue from: a GRPO checkpoint — of an interrupted stage, or of a finished one that made
+  fewer updates than ``grpo.updates`` asks for now (the key grew) — or the evaluation's logged episodes;
+- ``run``: from scratch;
+- ``redo``: its output is older than what it was made from; the old output is set aside (`set_aside`, never
+  deleted) and the stage made again:
+
+  - a GRPO stage whose ``start.json`` names an SFT adapter other than the one there now (by `tree_sha256`), or whose
+    SFT stage computes in this call: the stage folder moves to ``rl_x.stale-<time>`` and GRPO starts afresh;
+  - the evaluation, for the rows whose model is newer than their logged episodes, or is trained in this call: those
+    rows' ``method=`` partitions move to ``table2/eval.stale-<time>/`` and the sweep resumes, running them again
+    (episode ids do not depend on the model, so without this the sweep would skip them as logged).
+
+A GRPO stage that made more updates than ``grpo.updates`` is a `ConfigError` (a checkpoint cannot be un-trained): set
+the key to what it made, or use another ``--out-dir``. Not checked: a protocol or SFT model older than a pretraining
+stage rerun (the pretrained backbones have no rerun path here; the real backbone is not pretrained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bapsql.errors import ConfigError
+from bapsql.files import atomic_write_text
+from bapsql.train.experiments.table2 import (
+    RL_REWARDS,
+    SEED_STAGES,
+    STAGES,
+    Action,
+    Table2Config,
+    table2_rows,
+    trained_models,
+)
+
+COMPUTES: frozenset[str] = frozenset({"run", "resume", "redo"})  # the actions that compute (and are timed)
+ROW_STAGES: dict[str, str] = {"protocol": "protocol", "sft": "sft", "sql_rl": "rl_sql", "bap_rl": "rl_full"}
+
+
+# ------------------------------------------------------------------------------------------------------- ledger
+def stages_path(cfg: Table2Config, seed: int) -> Path:
+    return cfg.train.run_dir(seed) / "table2" / "stages.json"
+
+
+def read_stages(path: Path) -> dict[str, dict]:
+    """The stage records of ``stages.json`` (stage -> {finished, seconds, attempts}); empty when there is none."""
+    return json.loads(path.read_text())["stages"] if path.is_file() else {}
+
+
+def record_attempt(path: Path, stage: str, action: str, seconds: float, finished: bool) -> dict[str, dict]:
+    """Add one attempt of ``stage`` to ``stages.json`` (atomically); ``seconds`` (the stage's total) sums the
+    attempts that computed something (run / resume / redo). Returns the updated records."""
+    stages = read_stages(path)
+    rec = stages.setdefault(stage, {"finished": False, "seconds": 0.0, "attempts": []})
+    rec["attempts"].append({"action": action, "seconds": round(seconds, 2), "finished": finished,
+                            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    rec["seconds"] = round(sum(a["seconds"] for a in rec["attempts"] if a["action"] in COMPUTES), 2)
+    rec["finished"] = rec["finished"] or finished
+    atomic_write_text(path, json.dumps({"stages": stages}, indent=1) + "\n")
+    return stages
+
+
+# --------------------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class Step:
+    """What one stage will do: ``action``, ``why`` (empty for the plain cases) and, for the evaluation's ``redo``,
+    the logged methods (`Row.logged`) whose episodes are set aside and run again."""
+
+    action: Action
+    why: str = ""
+    stale_methods: tuple[str, ...] = ()
+
+
+def _output_exists(cfg: Table2Config, seed: int, stage: str) -> bool:
+    run = cfg.train.run_dir(seed)
+    if stage == "pretrain":
+        return (run / "pretrain" / "model" / "config.json").is_file()
+    if stage == "eval":
+        return (run / "table2" / "eval").is_dir()
+    engine = {s: e for e, s in ROW_STAGES.items()}[stage]
+    return (trained_models(cfg, seed)[engine] / "config.json").is_file()
+
+
+def _checkpoint(cfg: Table2Config, seed: int, stage: str) -> tuple[Path | None, int | None]:
+    from bapsql.train.learner.checkpoint import checkpoint_update, latest_checkpoint
+
+    ckpt = latest_checkpoint(cfg.train.run_dir(seed) / stage / "checkpoints")
+    return ckpt, (checkpoint_update(ckpt) if ckpt is not None else None)
+
+
+def _sft_changed(cfg: Table2Config, seed: int, stage: str, sft_sha: list[str | None]) -> bool:
+    """Whether GRPO stage ``stage`` started from an SFT adapter other than the one there now (``sft_sha`` caches the
+    current adapter's hash across the two RL stages)."""
+    from bapsql.train.recipe.pipeline import sft_dir, tree_sha256
+
+    start = cfg.train.run_dir(seed) / stage / "start.json"
+    if not start.is_file():
+        return False
+    started = json.loads(start.read_text()).get("sft_adapter_sha256")
+    adapter = sft_dir(cfg.train, seed) / "adapter"
+    if started is None or not adapter.is_dir():
+        return False
+    if not sft_sha:
+        sft_sha.append(tree_sha256(adapter))
+    return started != sft_sha[0]
+
+
+def _newest_mtime(folder: Path) -> float | None:
+    times = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    return max(times) if times else None
+
+
+def _stale_rows(cfg: Table2Config, seed: int, computing: set[str]) -> tuple[tuple[str, ...], str]:
+    """The logged methods whose episodes are older than their model (or whose model is trained in this call)."""
+    episodes = cfg.train.run_dir(seed) / "table2" / "eval" / "episodes"
+    models = trained_models(cfg, seed)
+    stale, reasons = [], []
+    for row in table2_rows(cfg):
+        part = episodes / f"method={row.logged}"
+        files = list(part.rglob("*.parquet")) if part.is_dir() else []
+        stage = ROW_STAGES.get(row.engine)
+        if not files or stage is None:
+            continue
+        model_time = _newest_mtime(models[row.engine])
+        if stage in computing:
+            stale.append(row.logged)
+            reasons.append(f"{row.key} ({stage} computes in this call)")
+        elif model_time is not None and min(p.stat().st_mtime for p in files) < model_time:
+            stale.append(row.logged)
+            reasons.append(f"{row.key} (its model is newer than its episodes)")
+    return tuple(stale), "; ".join(reasons)
+
+
+def _rl_step(cfg: Table2Config, seed: int, stage: str, finished: bool, computing: set[str],
+             sft_sha: list[str | None]) -> Step:
+    ckpt, done = _checkpoint(cfg, seed, stage)
+    want = cfg.train.grpo.updates
+    if "sft" in computing and (ckpt is not None or (cfg.train.run_dir(seed) / stage / "start.json").is_file()):
+        return Step("redo", "its SFT model is trained again in this call")
+    if _sft_changed(cfg, seed, stage, sft_sha):
+        return Step("redo", "it started from another SFT adapter than the one there now")
+    if done is not None and done > want:
+        raise ConfigError(f"grpo.updates: {stage} of seed {seed} made {done} updates, more than the {want} asked "
+                          f"for ({ckpt}); set grpo.updates to {done} or more, or use another --out-dir")
+    if finished and _output_exists(cfg, seed, stage):
+        if done is not None and done < want:
+            return Step("resume", f"it made {done} of grpo.updates {want} updates; continues from {ckpt.name}")
+        return Step("reuse")
+    return Step("resume", f"continues from {ckpt.name}") if ckpt is not None else Step("run")
+
+
+def plan_seed(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Step]:
+    """The `Step` of each of seed ``seed``'s stages (module docstring)."""
+    unknown = sorted(set(wanted) - set(STAGES))
+    if unknown:
+        raise ConfigError(f"unknown stage(s) {unknown}; stages are {', '.join(STAGES)}")
+    done = read_stages(stages_path(cfg, seed))
+    plan: dict[str, Step] = {}
+    computing: set[str] = set()
+    sft_sha: list[str | None] = []
+    for stage in SEED_STAGES:
+        finished = bool(done.get(stage, {}).get("finished"))
+        if stage not in wanted or (stage == "pretrain" and not cfg.train.pretrain.enabled) or (
+                stage == "protocol" and cfg.prompting_model != "protocol"):
+            step = Step("skip")
+        elif stage in RL_REWARDS:
+            step = _rl_step(cfg, seed, stage, finished, computing, sft_sha)
+        elif stage == "eval":
+            stale, why = _stale_rows(cfg, seed, computing)
+            if stale:
+                step = Step("redo", f"episodes older than their model: {why}", stale)
+            elif finished and _output_exists(cfg, seed, stage):
+                step = Step("reuse")
+            else:
+                logged = any((cfg.train.run_dir(seed) / "table2" / "eval").rglob("*.parquet"))
+                step = Step("resume", "the sweep skips the episodes it logged") if logged else Step("run")
+        else:
+            step = Step("reuse") if finished and _output_exists(cfg, seed, stage) else Step("run")
+        plan[stage] = step
+        if step.action in COMPUTES:
+            computing.add(stage)
+    return plan
+
+
+def plan_stages(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGES) -> dict[str, Action]:
+    """Stage -> the action of its `Step` (`plan_seed`)."""
+    return {stage: step.action for stage, step in plan_seed(cfg, seed, wanted).items()}
+
+
+def set_aside(cfg: Table2Config, seed: int, stage: str, step: Step) -> list[Path]:
+    """Move a ``redo`` stage's old output out of the way (module docstring); returns where it went. A no-op for
+    other actions."""
+    if step.action != "redo":
+        return []
+    run = cfg.train.run_dir(seed)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    moves: list[tuple[Path, Path]] = []
+    if stage in RL_REWARDS:
+        moves.append((run / stage, run / f"{stage}.stale-{stamp}"))
+    elif stage == "eval":
+        ev = run / "table2" / "eval"
+        moves += [(ev / sub / f"method={m}", run / "table2" / f"eval.stale-{stamp}" / sub / f"method={m}")
+                  for m in step.stale_methods for sub in ("episodes", "turns")]
+    else:
+        raise ConfigError(f"{stage}: has no redo (only the GRPO stages and the evaluation do)")
+    moved = []
+    for src, dst in moves:
+        if src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
+            moved.append(dst)
+    return moved
