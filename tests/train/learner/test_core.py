@@ -63,6 +63,23 @@ def test_gradient_accumulation_matches_one_big_batch(make_learner):
         torch.testing.assert_close(va, vb, atol=1e-7, rtol=1e-4)
 
 
+def test_gradient_checkpointing_gives_the_same_grpo_update(make_learner):
+    """Checkpointing recomputes each layer in the backward pass (memory, not math): with LoRA on a frozen base the
+    adapter still gets its gradients (the inputs require grad) and the update is the one without it."""
+    from bapsql.train.config import OptimConfig
+
+    s = [Sample(x.input_ids, x.loss_mask, advantage=a) for x, a in zip(samples(4), (1.0, -0.5, 0.8, -1.3))]
+    sgd_like = OptimConfig(lr=1e-2, eps=1.0)
+    plain, ckpt = make_learner(optim=sgd_like), make_learner(optim=sgd_like, gradient_checkpointing=True)
+    eng = [tuple(float(v) for v in lp) for lp in plain.token_logprobs(s)]
+    s = [Sample(x.input_ids, x.loss_mask, advantage=x.advantage, engine_logprobs=e) for x, e in zip(s, eng)]
+    mp, mc = plain.grpo_update(s, LossConfig()), ckpt.grpo_update(s, LossConfig())
+    assert mp.grad_norm > 0 and mc.grad_norm == pytest.approx(mp.grad_norm, rel=1e-4)
+    for (ka, va), (kb, vb) in zip(sorted(plain.adapter_state().items()), sorted(ckpt.adapter_state().items())):
+        assert ka == kb
+        torch.testing.assert_close(va, vb, atol=1e-7, rtol=1e-4)
+
+
 def test_grad_norm_is_clipped(make_learner):
     from bapsql.train.config import OptimConfig
 
