@@ -72,6 +72,13 @@ class LearnerState:
         self.optimizer.load_state_dict(state["optimizer"])  # casts the moments to each parameter's device
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
+        # the learning rate of this learner's schedule at the restored step, not the saved one: a run resumed with a
+        # longer horizon (GRPO's updates grew) would otherwise keep the rate its shorter cosine had reached, 0 at its
+        # end, for the next step (the lambdas are built from this learner's config and are not saved)
+        sched = self.scheduler
+        for group, base, lam in zip(self.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+            group["lr"] = base * lam(sched.last_epoch)
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def snapshot(self) -> int:
         """Keep a copy of this learner's trainable state (adapter tensors, optimizer, scheduler, step; copied to the

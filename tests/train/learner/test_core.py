@@ -80,6 +80,30 @@ def test_gradient_checkpointing_gives_the_same_grpo_update(make_learner):
         torch.testing.assert_close(va, vb, atol=1e-7, rtol=1e-4)
 
 
+def test_a_resumed_learner_follows_its_own_schedule_horizon(make_learner):
+    """A checkpoint saved at the end of a 1-step cosine holds lr 0; resumed by a learner whose schedule has 2 steps
+    (GRPO's updates grew), the next step runs at that schedule's rate (half the peak) and moves the adapter."""
+    from bapsql.train.config import OptimConfig
+
+    s = samples(4)
+    short = make_learner(optim=OptimConfig(lr=1e-2, schedule="cosine", total_steps=1))
+    short.sft_update(s)
+    saved, adapter = short.training_state(), short.adapter_state()
+    assert short.optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+    same = make_learner(optim=OptimConfig(lr=1e-2, schedule="cosine", total_steps=1))
+    same.load_adapter_state(adapter)
+    same.load_training_state(saved)
+    assert same.optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # a plain resume: unchanged
+    longer = make_learner(optim=OptimConfig(lr=1e-2, schedule="cosine", total_steps=2))
+    longer.load_adapter_state(adapter)
+    longer.load_training_state(saved)
+    assert longer.optimizer.param_groups[0]["lr"] == pytest.approx(0.5e-2)
+    assert longer.scheduler.get_last_lr() == [pytest.approx(0.5e-2)] * len(longer.optimizer.param_groups)
+    longer.sft_update(s)
+    moved = max(float((longer.adapter_state()[k] - v).abs().max()) for k, v in adapter.items())
+    assert moved > 0
+
+
 def test_grad_norm_is_clipped(make_learner):
     from bapsql.train.config import OptimConfig
 
