@@ -134,6 +134,27 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     pair = rl_pair(load_table2_config(cfg, out_dir=str(out)), 0)
     assert pair.same_start and pair.differences == ("reward.variant",)
 
+    # grpo.updates grows: both GRPO stages continue from their checkpoint, the RL rows' episodes are set aside and
+    # evaluated again, the other rows are kept
+    more = tmp_path / "more.yaml"
+    more.write_text(yaml.safe_dump({**TOY, "train": {**TOY["train"], "grpo": {**TOY["train"]["grpo"], "updates": 2}}}))
+    cmd_more = [sys.executable, "-m", "jobs.table2", "--config", str(more), "--out-dir", str(out),
+                "--stages", "rl_full,rl_sql,eval"]
+    third = subprocess.run(cmd_more, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    _kill_leftovers(str(tmp_path))
+    said = " ".join((third.stdout + third.stderr).split())
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert said.count("resume: it made 1 of grpo.updates 2 updates; continues from update-000001") == 2
+    stages = _stages(run)
+    for stage in ("rl_full", "rl_sql"):
+        assert stages[stage]["attempts"][-1]["action"] == "resume"
+        assert (run / stage / "checkpoints" / "update-000002").is_dir()
+    assert stages["eval"]["attempts"][-1]["action"] == "redo"
+    (stale,) = (run / "table2").glob("eval.stale-*")
+    assert sorted(p.name for p in (stale / "episodes").iterdir()) == ["method=model.bap_rl@full",
+                                                                      "method=model.sql_rl@full"]
+    assert len(list((run / "table2" / "eval" / "episodes").iterdir())) == 6
+
 
 def test_default_stages_are_every_stage_in_order():
     from bapsql.train.experiments.table2 import STAGES
