@@ -1,7 +1,7 @@
 """Running Table 2 in miniature (issue 16): `run_table2` runs every seed's wanted stages in order
-(`bapsql.train.experiments.stage_plan.plan_seed` says run / resume / reuse / skip / redo for each, and why), times each into
-``<run>/table2/stages.json``, then writes the report (`bapsql.train.experiments.table2_report`). It sits above both
-modules, so the config and plan (`table2`) never import the report that reads them.
+(`bapsql.train.experiments.stage_plan.plan_seed` says run / resume / reuse / skip / redo for each, and why), times
+each into ``<run>/table2/stages.json``, then writes the report (`bapsql.train.experiments.table2_report`). It sits
+above these modules, so the config (`table2`) and the plan (`stage_plan`) never import the report that reads them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bapsql.train.experiments.stage_plan import COMPUTES, Step, plan_seed, read_stages, record_attempt, set_aside, stages_path
+from bapsql.train.experiments.stage_plan import (
+    COMPUTES,
+    Step,
+    plan_seed,
+    read_stages,
+    record_attempt,
+    set_aside,
+    stages_path,
+)
 from bapsql.train.experiments.table2 import (
     RL_REWARDS,
     SEED_STAGES,
