@@ -112,3 +112,17 @@ def from_mapping(cls: type[T], data: Any, where: str = "<root>") -> T:
             continue
         kwargs[name] = _check_value(data[name], hints[name], key)
     return cls(**kwargs)
+
+
+def flat_config(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """A config (dataclasses and mappings, nested) as ``{"section.key": value}``: tuples become lists, and values
+    that are not JSON scalars or lists become their ``str``, so the result is JSON-ready and comparable across runs."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flat_config(v, f"{prefix}{k}."))
+        return out
+    value = list(obj) if isinstance(obj, tuple) else obj
+    return {prefix[:-1]: value if isinstance(value, (str, int, float, bool, list, type(None))) else str(value)}

@@ -128,8 +128,17 @@ def conditions_cmd() -> None:
               help="Also render the JSON tool schemas into the prompt (the env does not charge them).")
 @click.option("--max-length", default=8192, show_default=True, type=click.IntRange(min=16),
               help="Drop pairs longer than this many tokens.")
+@click.option("--branch-tries", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Let estimate_rewrite, justified_abstention and recover_after_rejection play up to this many "
+                   "episodes for one that rewrites / abstains (0: off).")
+@click.option("--per-episode/--per-turn", default=False, show_default=True,
+              help="One row per episode's token stream (every completion in the loss) instead of one per turn.")
+@click.option("--tokenizer", "tokenizer_dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Model folder whose tokenizer and chat template render and count the prompts (default: the "
+                   "packaged one); budgets are in its tokens.")
 def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, condition: str,
-                 tool_schemas: bool, max_length: int) -> None:
+                 tool_schemas: bool, max_length: int, branch_tries: int, per_episode: bool,
+                 tokenizer_dir: str | None) -> None:
     """Export turn-level SFT pairs (prompt, completion, token ids, loss masks) from the nine workflows."""
     from rich.console import Console
 
@@ -139,7 +148,8 @@ def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, condit
     _check_benchmark(benchmark)
     try:
         res = export_sft(benchmark, split, n, out, seed=seed, condition=condition,
-                         tool_schemas=tool_schemas, max_length=max_length, console=Console(stderr=True))
+                         tool_schemas=tool_schemas, max_length=max_length, console=Console(stderr=True),
+                         branch_tries=branch_tries, per_episode=per_episode, tokenizer_dir=tokenizer_dir)
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{res.pairs} pairs from {res.kept_episodes}/{res.episodes} kept episodes "
@@ -148,3 +158,4 @@ def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, condit
         click.echo(f"note: only {res.pairs} unique pairs exist for this split (asked for {n})", err=True)
     click.echo("per workflow: " + ", ".join(f"{k}={v}" for k, v in sorted(res.per_workflow.items())))
     click.echo("per budget: " + ", ".join(f"{k}={v}" for k, v in res.per_budget.items()))
+    click.echo("took their branch: " + (", ".join(f"{k}={v}" for k, v in sorted(res.branched.items())) or "none"))

@@ -8,6 +8,11 @@ Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
   ``workflows[i mod 9]`` (a balanced mix) at a budget drawn uniformly from XS / S / M / L (the paper trains one
   policy across the four levels and states no other mix), with seed i. Passes repeat until ``n`` pairs are kept or
   a pass adds nothing new.
+- ``branch_tries`` k ≥ 1: a workflow with a budget-aware branch (`ScriptedPolicy.has_branch`: estimate_rewrite,
+  justified_abstention, recover_after_rejection) keeps its slot in the rotation for up to k episodes (next task,
+  new budget draw) until one worth keeping (the rules below) takes the branch (`took_branch`); the episodes before
+  it are dropped, and the k-th is judged by those rules whatever it did. Without it (0) most of their episodes play the plain path: on a task
+  and budget where nothing warns, estimate_rewrite estimates and executes. The other workflows are unaffected.
 - Only episodes worth imitating are kept: budgeted successes, and justified abstentions (the env's
   ``justified_abstention_wrong``, or the task's ``min_level:<L>`` tag says the gold query needs a larger budget).
 - Every turn of a kept episode is one pair: ``prompt`` = the token stream a model policy sees at that turn, built
@@ -78,6 +83,7 @@ class SFTExport:
     per_workflow: dict[str, int] = field(default_factory=dict)
     per_budget: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    branched: dict[str, int] = field(default_factory=dict)  # kept episodes that took their workflow's branch
 
 
 def pair_key(prompt: str, completion: str) -> str:
@@ -152,7 +158,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                condition: Any = "full", tool_schemas: bool = False, max_length: int = 8192,
                tokenizer_dir: str | Path | None = None, template_kwargs: dict[str, Any] | None = None,
                console: Any = None, env_options: Any = None, per_episode: bool = False, tasks: list | None = None,
-               only_successes: bool = False, slips: Any = None) -> SFTExport:
+               only_successes: bool = False, slips: Any = None, branch_tries: int = 0) -> SFTExport:
     """Collect ``n`` deduplicated turn-level pairs from the workflows on ``split`` (see the module docstring), every
     episode under ``condition`` (a preset name or `Condition`: e.g. ``no_planning`` for the action-matched suite).
 
@@ -162,7 +168,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     these instead of the split's. ``only_successes``: keep budgeted successes only (no justified abstentions).
     ``slips``: a `bapsql.policies.slips.SlipBank`; ``workflow.recover_from_error`` episodes then play its tasks with
     its slips (a policy's own failed first queries) instead of ``tasks`` with synthetic ones (the other workflows'
-    episodes are unchanged, so the workflows' shares stay as listed)."""
+    episodes are unchanged, so the workflows' shares stay as listed). ``branch_tries``: see the module docstring."""
     from bapsql.env.actions import TOOL_SCHEMAS
     from bapsql.env.episode import BudgetedSQLEnv
     from bapsql.env.handles import DatabaseHandles
@@ -174,6 +180,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
 
     if n < 1:
         raise ConfigError(f"n must be at least 1, got {n}")
+    if branch_tries < 0:
+        raise ConfigError(f"branch_tries must be >= 0 (0: off), got {branch_tries}")
     t_start = time.perf_counter()
     announce = (lambda msg: console.print(f"[yellow]{msg}[/yellow]")) if console is not None else None
     root = resolve_benchmark(benchmark_dir, announce=announce)
@@ -198,7 +206,10 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     rows: list[dict] = []
     seen: set[str] = set()
     played = kept = dups = too_long = 0
+    # the rotation's position (== played unless branch_tries holds a slot), the slot's tries, episodes since a new pair
+    slot = tries = since_new = 0
     per_workflow: dict[str, int] = {}
+    branched: dict[str, int] = {}
     per_budget: dict[str, int] = {}
 
     from bapsql.progress import Progress
@@ -213,7 +224,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                 for ti in rng.permutation(len(tasks)):
                     if len(rows) >= n:
                         break
-                    task, policy = tasks[int(ti)], policies[played % len(policies)]
+                    task, policy = tasks[int(ti)], policies[slot % len(policies)]
                     if slips is not None and getattr(policy, "slips", None):
                         task = slips.tasks[int(rng.integers(len(slips)))]
                     budget = levels[int(rng.integers(len(levels)))]
@@ -221,10 +232,19 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                     summary = play_episode(env, policy, task, budget, played, on_turn=lambda msgs, text, info: (
                         turns.append((msgs, text, bool(info.get("context_rewritten"))))))
                     played += 1
-                    if not worth_imitating(summary, task.tags, budget.level) or (
-                            only_successes and summary.failure != ""):
+                    since_new += 1
+                    took = policy.has_branch and policy.took_branch(summary)
+                    good = worth_imitating(summary, task.tags, budget.level) and not (
+                        only_successes and summary.failure != "")
+                    tries += 1
+                    if branch_tries > 0 and policy.has_branch and not (took and good) and tries < branch_tries:
+                        continue  # the slot waits for an episode worth imitating that takes the branch
+                    slot, tries = slot + 1, 0
+                    if not good:
                         continue
                     kept += 1
+                    if took:
+                        branched[policy.name] = branched.get(policy.name, 0) + 1
                     for turn, prompt, completion, input_ids, loss_mask in _episode_items(
                             template, turns, tools if tool_schemas else None, template_kwargs or {}, per_episode,
                             getattr(policy, "staged_turns", frozenset())):
@@ -237,6 +257,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                             continue
                         seen.add(key)
                         added_this_pass += 1
+                        since_new = 0
                         cut = loss_mask.index(1) if 1 in loss_mask else len(loss_mask)
                         rows.append({
                             "prompt": prompt, "completion": completion, "prompt_ids": input_ids[:cut],
@@ -249,14 +270,15 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         progress.advance()
                         if len(rows) >= n:
                             break
-                if added_this_pass == 0:
+                # nothing new in a whole pass: stop (a slot held mid-pass gets up to branch_tries more per workflow)
+                if added_this_pass == 0 and (tries == 0 or since_new >= len(tasks) + branch_tries * len(policies)):
                     break
     finally:
         progress.stop()
     out = Path(out)
     _write_parquet(rows, out)
     return SFTExport(out, len(rows), played, kept, dups, too_long, per_workflow, per_budget,
-                     time.perf_counter() - t_start)
+                     time.perf_counter() - t_start, branched)
 
 
 def split_pairs(total: int, parts: int) -> list[int]:

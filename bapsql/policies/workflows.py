@@ -28,6 +28,10 @@ recover_after_rejection     with ≥ 2 queries, execute the naive draft without 
                             truncation / error rewrite to the aggregate (when offered); execute it; answer
 =========================== ==========================================================================================
 
+Three of them branch on what the budget shows (estimate_rewrite rewrites, justified_abstention abstains,
+recover_after_rejection rewrites after a rejection); on a task and budget where the branch is not needed they play
+the plain path. `ScriptedPolicy.took_branch` says which an episode took (``sft.branch_tries`` retries for the branch).
+
 `RecoverFromError` (``workflow.recover_from_error``) is not one of the nine: extra SFT data for small models
 (a staged query with a misnamed column, kept out of the loss; the schema; the gold query; the answer).
 """
@@ -147,6 +151,10 @@ class DirectAggregation(ScriptedPolicy):
 
 class EstimateRewrite(ScriptedPolicy):
     name = "workflow.estimate_rewrite"
+    has_branch = True
+
+    def took_branch(self, summary) -> bool:
+        return summary.rewrites > 0  # a warned (or unestimable) draft rewritten
 
     def script(self, ctx: Context) -> Script:
         if not ctx.can("estimate_query"):
@@ -197,6 +205,10 @@ class EvidenceCompression(ScriptedPolicy):
 
 class JustifiedAbstention(ScriptedPolicy):
     name = "workflow.justified_abstention"
+    has_branch = True
+
+    def took_branch(self, summary) -> bool:
+        return bool(summary.abstained)  # the estimate said the exact query cannot run
 
     def script(self, ctx: Context) -> Script:
         if ctx.can("estimate_query"):
@@ -249,6 +261,10 @@ class RestoreAfterArchive(ScriptedPolicy):
 
 class RecoverAfterRejection(ScriptedPolicy):
     name = "workflow.recover_after_rejection"
+    has_branch = True
+
+    def took_branch(self, summary) -> bool:
+        return summary.rewrites > 0  # the broad draft was rejected / truncated / failed, then rewritten
 
     def script(self, ctx: Context) -> Script:
         if not ctx.hint.has_naive or rem(ctx, "queries") < 2:  # one query: no room to waste it on the draft

@@ -15,7 +15,7 @@ the key path; ``extends: main_4b.yaml`` inherits another config and overrides ke
     sft: {enabled, data: PARQUET, export_pairs, lr: 1e-4, effective_batch: 128, micro_batch_tokens, max_length:
           8192, epochs: 1, warmup_steps, num_workers, use_gpu, strategy: ddp | fsdp, workflows, budgets,
           per_episode, only_successes, shared, slips: JSONL | null (a policy's own failed first queries,
-          `python -m jobs.harvest_slips`, replayed by workflow.recover_from_error)}
+          `python -m jobs.harvest_slips`, replayed by workflow.recover_from_error), branch_tries: 0}
     grpo: {enabled, lr: 1e-6, updates: 120, temperature: 1.0, top_p: 0.95, max_new_tokens, advantage_scale,
            loss: {clip_low, clip_high, is_cap, kl_coef}, micro_batch_tokens, max_grad_norm, trainable_actions,
            sft_init: merged | none, max_staleness: 0 (k >= 1: pipelined, bapsql.train.loop.overlap),
@@ -120,6 +120,10 @@ class SFTSection:
     budgets: tuple[str, ...] = LEVELS  # the levels episodes are drawn at
     per_episode: bool = False  # one sequence per episode, every completion in the loss (else turn pairs)
     only_successes: bool = False  # keep budgeted successes only (no justified abstentions)
+    # k >= 1: estimate_rewrite, justified_abstention and recover_after_rejection play up to k episodes for one that
+    # takes their budget-aware branch (a rewrite, an abstention) before the rotation moves on (bapsql.policies.
+    # sft_export); 0: every episode counts, and most of theirs play the plain path
+    branch_tries: int = 0
     # a slip bank (`python -m jobs.harvest_slips`): workflow.recover_from_error episodes play its tasks with a
     # policy's own failed first queries instead of synthetic misnamed columns
     slips: str | None = None
@@ -133,6 +137,8 @@ class SFTSection:
     def __post_init__(self) -> None:
         if self.effective_batch < 1 or self.epochs < 1 or self.num_workers < 1 or self.max_length < 2:
             raise ConfigError("sft: effective_batch, epochs and num_workers must be >= 1, max_length >= 2")
+        if self.branch_tries < 0:
+            raise ConfigError(f"sft.branch_tries: must be >= 0 (0: off), got {self.branch_tries}")
         if self.effective_batch % self.num_workers:
             raise ConfigError(f"sft.effective_batch ({self.effective_batch}) must divide by num_workers "
                               f"({self.num_workers})")

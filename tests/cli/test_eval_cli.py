@@ -90,6 +90,19 @@ def test_sft_data_writes_pairs(bench, tmp_path):
     assert pq.read_table(out).num_rows == 20
 
 
+def test_sft_data_per_episode_with_branch_tries_reports_the_branches(bench, tmp_path):
+    out = tmp_path / "eps.parquet"
+    res = CliRunner().invoke(cli, ["sft-data", "--benchmark", str(bench), "--split", "train", "--n", "6",
+                                   "--out", str(out), "--per-episode", "--branch-tries", "8"])
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 6 and all(r["turn"] == r["completion"].count("<tool_call>") for r in rows)
+    line = next(x for x in res.output.splitlines() if x.startswith("took their branch: "))
+    assert "workflow.estimate_rewrite=" in line  # the mini benchmark's listings overflow XS / S: it rewrote
+    bad = CliRunner().invoke(cli, ["sft-data", "--benchmark", str(bench), "--out", str(out), "--branch-tries", "-1"])
+    assert bad.exit_code == 2 and "--branch-tries" in bad.output
+
+
 @pytest.mark.parametrize("cmd", ["eval", "policies", "sft-data"])
 def test_help(cmd):
     res = CliRunner().invoke(cli, [cmd, "--help"])

@@ -244,3 +244,49 @@ def test_shares_under_several_conditions_are_equal_and_labelled(minibench, tmp_p
     assert len(single) == 1 and "condition" not in pq.read_table(single[0].path).column_names
     with pytest.raises(ConfigError, match="fewer than one per condition"):
         export_sft_shares(("raw", "full"), minibench, "train", 1, tmp_path / "x.parquet", **kw)
+
+
+def test_branch_tries_holds_a_branching_workflows_slot_until_it_rewrites(minibench, mini_tasks, tmp_path):
+    """``branch_tries``: estimate_rewrite keeps its slot until an episode rewrites a warned draft. Half the tasks get a
+    draft that is the gold aggregate itself (nothing warns: the plain path, estimate then execute), half keep their
+    row listing (it overflows every level here). Off, estimate_rewrite's kept episodes are both kinds; on, only
+    rewrites, on the listing tasks. The plain workflow's episodes are untouched."""
+    from dataclasses import replace
+
+    from bapsql.errors import ConfigError
+
+    shop = sorted((t for t in mini_tasks.values() if t.db_id == "shop"), key=lambda t: t.task_id)
+    calm = [replace(t, naive_sql=t.gold_sql) for t in shop[: len(shop) // 2]]
+    listing = {t.task_id for t in shop[len(shop) // 2:]}
+    kw = {"workflows": ("workflow.estimate_rewrite", "workflow.direct_aggregation"), "seed": 0, "per_episode": True,
+          "tasks": calm + shop[len(shop) // 2:]}
+    off = export_sft(minibench, "train", 12, tmp_path / "off.parquet", **kw)
+    on = export_sft(minibench, "train", 12, tmp_path / "on.parquet", branch_tries=20, **kw)
+    rows = {name: pq.read_table(res.path).to_pylist() for name, res in (("off", off), ("on", on))}
+    er = {name: [r for r in rs if r["workflow"] == "workflow.estimate_rewrite"] for name, rs in rows.items()}
+    rewrote = {name: ['"name": "rewrite_query"' in r["completion"] for r in rs] for name, rs in er.items()}
+    assert rewrote["on"] and all(rewrote["on"]) and {r["task_id"] for r in er["on"]} <= listing
+    assert not all(rewrote["off"]), "without branch_tries some estimate_rewrite episodes play the plain path"
+    # kept episodes that rewrote, rows or not (a duplicate of an earlier episode adds none)
+    assert set(on.branched) == {"workflow.estimate_rewrite"}
+    assert on.branched["workflow.estimate_rewrite"] >= len(er["on"])
+    assert off.branched.get("workflow.estimate_rewrite", 0) >= sum(rewrote["off"])
+    assert on.episodes > on.kept_episodes  # the held slots played episodes that were dropped
+    assert sum(r["workflow"] == "workflow.direct_aggregation" for r in rows["on"]) >= 5
+    with pytest.raises(ConfigError, match="branch_tries must be >= 0"):
+        export_sft(minibench, "train", 1, tmp_path / "bad.parquet", branch_tries=-1)
+
+
+def test_branch_tries_off_is_the_plain_rotation(exported, minibench, tmp_path):
+    """``branch_tries: 0`` leaves the export as it was: the same rows as the default."""
+    _, rows = exported
+    again = export_sft(minibench, "train", 60, tmp_path / "zero.parquet", seed=0, branch_tries=0)
+    assert pq.read_table(again.path).to_pylist() == rows
+
+
+def test_a_workflow_whose_branch_never_comes_still_keeps_its_share(minibench, tmp_path):
+    """justified_abstention only abstains when even the gold aggregate cannot run; at L nothing is out of reach, so
+    with ``branch_tries`` its slot gives up after k episodes and the k-th is kept by the usual rules."""
+    res = export_sft(minibench, "train", 6, tmp_path / "ja.parquet", seed=0, per_episode=True, budgets=("L",),
+                     workflows=("workflow.justified_abstention",), branch_tries=3)
+    assert res.pairs >= 1 and res.branched == {} and res.episodes >= 3 * res.kept_episodes

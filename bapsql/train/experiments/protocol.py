@@ -74,7 +74,7 @@ def protocol_train_config(train: TrainConfig, settings: ProtocolSettings) -> Tra
     """The training config of the protocol SFT: ``train`` with its own run name and the protocol's SFT settings."""
     sft = dataclasses.replace(train.sft, workflows=settings.workflows, budgets=settings.budgets,
                               conditions=settings.conditions, export_pairs=settings.export_pairs,
-                              epochs=settings.epochs, data=None, slips=None)
+                              epochs=settings.epochs, data=None, slips=None, branch_tries=0)
     return dataclasses.replace(_own_run(train), sft=sft)
 
 

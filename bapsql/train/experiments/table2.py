@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bapsql.config import from_mapping, read_yaml
+from bapsql.config import flat_config, from_mapping, read_yaml
 from bapsql.errors import ConfigError
 from bapsql.train.config import TrainConfig, _deep_merge, resolve_extends
 from bapsql.train.experiments.protocol import ProtocolSettings, protocol_model_dir
@@ -123,14 +123,6 @@ def table2_rows(cfg: Table2Config) -> tuple[Row, ...]:
 
 
 # ------------------------------------------------------------------------------------------------------- loading
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
-    return out
-
-
 def _build(raw: dict, base_dir: Path, where: str, out_dir: str | None) -> Table2Config:
     raw = dict(raw)
     for key in ("preset", "reduced"):
@@ -194,7 +186,7 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
         return full
     merged = _deep_merge(raw, preset)
     small = _build(merged, p.parent, f"{p} (quick)", out_dir)
-    before, after = _flatten(dataclasses.asdict(full.train)), _flatten(dataclasses.asdict(small.train))
+    before, after = flat_config(full.train), flat_config(small.train)
     reduced = tuple(f"train.{k}: {before.get(k)} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v)
     top = ("prompting_model", "prompting_conditions", "reference_condition", "protocol")
     reduced += tuple(f"{k}: {getattr(full, k)} -> {getattr(small, k)}"

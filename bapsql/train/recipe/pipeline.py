@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from bapsql.config import flat_config
 from bapsql.errors import ConfigError
 from bapsql.files import atomic_write_text
 from bapsql.train.config import TrainConfig
@@ -125,15 +126,24 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
         if cfg.sft.data:
             raise ConfigError(f"sft.data: {data} does not exist; export it with `bapsql sft-data --out {data}`")
         from bapsql.policies.registry import WORKFLOW_NAMES
+        from collections import Counter
+
         from bapsql.policies.sft_export import export_sft_shares
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
-        export_sft_shares(cfg.sft.conditions or (cfg.condition,), cfg.data.benchmark, cfg.data.split,
-                          cfg.sft.export_pairs, data, seed=seed, max_length=cfg.sft.max_length, tokenizer_dir=base,
-                          template_kwargs=cfg.model.chat_template_kwargs,
-                          workflows=cfg.sft.workflows or WORKFLOW_NAMES, budgets=cfg.sft.budgets,
-                          env_options=EnvOptions(prompt_style=cfg.prompt_style), per_episode=cfg.sft.per_episode,
-                          only_successes=cfg.sft.only_successes, slips=_slip_bank(cfg), console=console)
+        exports = export_sft_shares(
+            cfg.sft.conditions or (cfg.condition,), cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data,
+            seed=seed, max_length=cfg.sft.max_length, tokenizer_dir=base,
+            template_kwargs=cfg.model.chat_template_kwargs, workflows=cfg.sft.workflows or WORKFLOW_NAMES,
+            budgets=cfg.sft.budgets,
+            env_options=EnvOptions(prompt_style=cfg.prompt_style), per_episode=cfg.sft.per_episode,
+            only_successes=cfg.sft.only_successes, slips=_slip_bank(cfg), console=console,
+            branch_tries=cfg.sft.branch_tries)
+        branched = Counter()
+        for e in exports:
+            branched.update(e.branched)
+        _say(console, "kept episodes that took their workflow's budget-aware branch: "
+             + (", ".join(f"{k.removeprefix('workflow.')} {v}" for k, v in sorted(branched.items())) or "none"))
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
@@ -192,18 +202,6 @@ def tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _flat_config(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flat_config(v, f"{prefix}{k}."))
-        return out
-    value = list(obj) if isinstance(obj, tuple) else obj
-    return {prefix[:-1]: value if isinstance(value, (str, int, float, bool, list, type(None))) else str(value)}
-
-
 def write_grpo_start(cfg: TrainConfig, seed: int, base: Path, grpo_dir: Path) -> Path:
     """``<grpo_dir>/start.json``: what the GRPO stage starts from — the model it trains a fresh LoRA on (``base``),
     the SFT adapter behind it and its `tree_sha256` (None with ``grpo.sft_init: none``), and the whole training
@@ -213,7 +211,7 @@ def write_grpo_start(cfg: TrainConfig, seed: int, base: Path, grpo_dir: Path) ->
     from_sft = cfg.grpo.sft_init == "merged" and adapter.is_dir()
     record = {"seed": seed, "init_model": str(base), "sft_init": cfg.grpo.sft_init,
               "sft_adapter": str(adapter) if from_sft else None,
-              "sft_adapter_sha256": tree_sha256(adapter) if from_sft else None, "config": _flat_config(cfg)}
+              "sft_adapter_sha256": tree_sha256(adapter) if from_sft else None, "config": flat_config(cfg)}
     path = Path(grpo_dir) / "start.json"
     atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     return path
