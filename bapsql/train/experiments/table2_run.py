@@ -13,11 +13,13 @@ from typing import Any
 
 from bapsql.train.experiments.stage_plan import (
     COMPUTES,
+    LEDGER_RECIPES,
     Step,
     plan_seed,
     read_stages,
     record_attempt,
     set_aside,
+    stage_recipe,
     stages_path,
 )
 from bapsql.train.experiments.table2 import (
@@ -117,5 +119,6 @@ def _timed(cfg: Table2Config, seed: int, stage: str, step: Step, console: Any) -
     t0 = time.perf_counter()
     _run_seed_stage(cfg, seed, stage, action, console)
     seconds = time.perf_counter() - t0
-    total = record_attempt(path, stage, action, seconds, True)[stage]["seconds"]
+    recipe = stage_recipe(cfg, stage) if stage in LEDGER_RECIPES else None
+    total = record_attempt(path, stage, action, seconds, True, recipe)[stage]["seconds"]
     _say(console, f"seed {seed} {stage}: done in {seconds:.0f} s (stage total {total:.0f} s)")

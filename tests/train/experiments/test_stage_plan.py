@@ -12,11 +12,14 @@ import pytest
 
 from bapsql.errors import ConfigError
 from bapsql.train.experiments.stage_plan import (
+    LEDGER_RECIPES,
     plan_seed,
     plan_stages,
     read_stages,
+    recipe_changes,
     record_attempt,
     set_aside,
+    stage_recipe,
     stages_path,
 )
 from bapsql.train.experiments.table2 import SEED_STAGES, load_table2_config, rl_config, table2_rows
@@ -92,9 +95,11 @@ def test_protocol_model_is_reused_from_its_own_run(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- stale and short stages
-def _cfg(tmp_path: Path, updates: int = 3):
-    doc = _doc(prompting_model="protocol", protocol={"export_pairs": 6})
-    doc["train"]["grpo"] = {"updates": updates}
+def _cfg(tmp_path: Path, updates: int = 3, protocol_pairs: int = 6, **train):
+    """The toy Table 2 config with ``grpo.updates`` and any ``train`` sections (``grpo`` merged with the updates)."""
+    doc = _doc(prompting_model="protocol", protocol={"export_pairs": protocol_pairs})
+    doc["train"]["grpo"] = {"updates": updates, **train.pop("grpo", {})}
+    doc["train"].update(train)
     return load_table2_config(_write(tmp_path, doc), out_dir=str(tmp_path / "runs"))
 
 
@@ -144,6 +149,29 @@ def test_a_finished_grpo_stage_short_of_its_updates_resumes_and_one_past_them_is
     _checkpoint(run, "rl_sql", 5)
     with pytest.raises(ConfigError, match=r"grpo.updates: rl_sql of seed 0 made 5 updates, more than the 3"):
         plan_stages(_cfg(tmp_path, updates=3), 0)
+
+
+def _history(run: Path, stage: str, updates: int) -> None:
+    (run / stage / "history.jsonl").write_text("".join(json.dumps({"update": float(u + 1)}) + "\n"
+                                                       for u in range(updates)))
+
+
+def test_a_finished_grpo_stage_without_checkpoints_is_judged_by_its_history(tmp_path):
+    import shutil
+
+    run = _finished_seed(_cfg(tmp_path, updates=2))
+    for stage in ("rl_full", "rl_sql"):
+        shutil.rmtree(run / stage / "checkpoints")
+        _history(run, stage, 2)
+    assert plan_stages(_cfg(tmp_path, updates=2), 0)["rl_full"] == "reuse"
+    # the key grew and there is nothing to resume from: made again from the SFT model, the old folder kept
+    step = plan_seed(_cfg(tmp_path, updates=3), 0)["rl_full"]
+    assert step.action == "redo" and "made 2 of grpo.updates 3" in step.why and "no checkpoint" in step.why
+    moved = set_aside(_cfg(tmp_path, updates=3), 0, "rl_full", step)
+    assert [p.name.split(".stale-")[0] for p in moved] == ["rl_full"] and (moved[0] / "history.jsonl").is_file()
+    # a history past the key is refused like a checkpoint past it
+    with pytest.raises(ConfigError, match=r"rl_sql of seed 0 made 2 updates, more than the 1 .*history.jsonl"):
+        plan_stages(_cfg(tmp_path, updates=1), 0)
 
 
 def test_grpo_stages_are_redone_when_their_sft_model_changed_and_the_old_ones_are_kept(tmp_path):
@@ -199,11 +227,59 @@ def test_set_aside_is_a_no_op_for_other_actions_and_refused_for_stages_without_a
 
     cfg = _cfg(tmp_path)
     assert set_aside(cfg, 0, "rl_full", Step("resume")) == []
-    with pytest.raises(ConfigError, match="sft: has no redo"):
-        set_aside(cfg, 0, "sft", Step("redo"))
+    with pytest.raises(ConfigError, match="pretrain: has no redo"):
+        set_aside(cfg, 0, "pretrain", Step("redo"))
 
 
 def test_redo_attempts_count_in_the_stage_time(tmp_path):
     path = tmp_path / "stages.json"
     record_attempt(path, "eval", "run", 10.0, True)
     assert record_attempt(path, "eval", "redo", 4.0, True)["eval"]["seconds"] == 14.0
+
+
+def test_a_stage_whose_settings_changed_is_redone_and_placement_or_memory_keys_are_no_change(tmp_path):
+    from bapsql.train.experiments.protocol import protocol_model_dir
+
+    cfg = _cfg(tmp_path, updates=1)
+    run = _finished_seed(cfg)
+    # the ledger keeps the settings the protocol and SFT stages computed with (table2_run records them)
+    for stage in LEDGER_RECIPES:
+        record_attempt(stages_path(cfg, 0), stage, "run", 1.0, True, stage_recipe(cfg, stage))
+    assert plan_stages(cfg, 0)["sft"] == "reuse" and "sft.lr" in stage_recipe(cfg, "sft")
+    # where a stage runs, how it fits memory, what it logs and grpo.updates (a resume) change nothing it makes
+    same = _cfg(tmp_path, updates=1, sft={"num_workers": 2, "micro_batch_tokens": 999},
+                grpo={"log_drift": True, "micro_batch_tokens": 777})
+    assert {s: a for s, a in plan_stages(same, 0).items() if s not in ("pretrain", "eval")} == {
+        "protocol": "reuse", "sft": "reuse", "rl_full": "reuse", "rl_sql": "reuse"}
+    # a GRPO setting: the GRPO stages only (their start.json holds the config they last ran with)
+    lr = _cfg(tmp_path, updates=1, grpo={"lr": 1.23e-05})
+    steps = plan_seed(lr, 0)
+    assert steps["sft"].action == "reuse" and steps["rl_full"].action == steps["rl_sql"].action == "redo"
+    assert steps["rl_full"].why.startswith("its settings changed: grpo.lr ") and "1.23e-05" in steps["rl_full"].why
+    # the protocol adapter's settings: that stage only
+    steps = plan_seed(_cfg(tmp_path, updates=1, protocol_pairs=9), 0)
+    assert steps["protocol"].action == "redo" and "sft.export_pairs 6 → 9" in steps["protocol"].why
+    assert steps["sft"].action == steps["rl_full"].action == "reuse"
+    proto = protocol_model_dir(cfg.train, 0).parent.parent
+    (proto / "sft_pairs.parquet").write_bytes(b"PAR1")
+    moved = set_aside(cfg, 0, "protocol", steps["protocol"])
+    assert sorted(p.name.split(".stale-")[0] for p in moved) == ["sft", "sft_pairs"] and moved[0].parent == proto
+    # SFT's data (the branch lever): SFT is redone, and both GRPO stages with it; the protocol SFT pins the key at 0
+    lever = _cfg(tmp_path, updates=1, sft={"branch_tries": 8})
+    steps = plan_seed(lever, 0)
+    assert steps["sft"].action == "redo" and steps["sft"].why == "its settings changed: sft.branch_tries 0 → 8"
+    assert steps["rl_full"].action == "redo" and "trained again in this call" in steps["rl_full"].why
+    (run / "sft_pairs.parquet").write_bytes(b"PAR1")
+    (run / "sft_pairs.stale-20261201T000000.parquet").write_bytes(b"PAR1")
+    moved = set_aside(lever, 0, "sft", steps["sft"])
+    assert sorted(p.name.split(".stale-")[0] for p in moved) == ["sft", "sft_pairs"]
+    assert not (run / "sft").exists() and not (run / "sft_pairs.parquet").exists()
+    assert (run / "sft_pairs.stale-20261201T000000.parquet").is_file()  # an earlier set-aside is left where it is
+
+
+def test_recipe_changes_name_the_keys_and_ignore_keys_one_side_lacks():
+    changed = recipe_changes({"sft.lr": 1e-4, "lora.rank": 8}, {"sft.lr": 2e-4, "lora.rank": 8})
+    assert changed == "sft.lr 0.0001 → 0.0002"
+    assert recipe_changes(None, {"sft.lr": 1e-4}) == "" and recipe_changes({}, {"sft.lr": 1e-4}) == ""
+    # a key the code added since (its default is the old behaviour), or one it removed, is no change
+    assert recipe_changes({"sft.lr": 1e-4, "sft.gone": 1}, {"sft.lr": 1e-4, "sft.branch_tries": 0}) == ""
