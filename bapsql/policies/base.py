@@ -214,12 +214,12 @@ class ScriptedPolicy:
 
     name = "scripted"
     needs_oracle = True
-    has_branch = False  # whether `took_branch` can be False (the workflows with a budget-aware branch)
+    has_branch = False  # whether it has a budget-aware branch (`took_branch`); ``sft.branch_tries`` holds its slot
 
     def took_branch(self, summary: Any) -> bool:
         """Whether an episode (its `EpisodeSummary`) took the budget-aware branch this workflow exists to show
-        (``sft.branch_tries``): a rewrite after a warning, an abstention. Workflows without one: always."""
-        return True
+        (``sft.branch_tries``): a rewrite after a warning, an abstention. Workflows without one: never."""
+        return False
 
     def script(self, ctx: Context) -> Script:  # pragma: no cover - abstract
         raise NotImplementedError

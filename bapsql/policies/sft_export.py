@@ -11,8 +11,9 @@ Contract of `export_sft(benchmark_dir, split, n, out, ...)`:
 - ``branch_tries`` k ≥ 1: a workflow with a budget-aware branch (`ScriptedPolicy.has_branch`: estimate_rewrite,
   justified_abstention, recover_after_rejection) keeps its slot in the rotation for up to k episodes (next task,
   new budget draw) until one worth keeping (the rules below) takes the branch (`took_branch`); the episodes before
-  it are dropped, and the k-th is judged by those rules whatever it did. Without it (0) most of their episodes play the plain path: on a task
-  and budget where nothing warns, estimate_rewrite estimates and executes. The other workflows are unaffected.
+  it are dropped, and the k-th is judged by those rules whatever it did. Without it (0) most of their episodes play
+  the plain path: on a task and budget where nothing warns, estimate_rewrite estimates and executes. The other
+  workflows are unaffected.
 - Only episodes worth imitating are kept: budgeted successes, and justified abstentions (the env's
   ``justified_abstention_wrong``, or the task's ``min_level:<L>`` tag says the gold query needs a larger budget).
 - Every turn of a kept episode is one pair: ``prompt`` = the token stream a model policy sees at that turn, built
@@ -233,7 +234,7 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                         turns.append((msgs, text, bool(info.get("context_rewritten"))))))
                     played += 1
                     since_new += 1
-                    took = policy.has_branch and policy.took_branch(summary)
+                    took = policy.took_branch(summary)
                     good = worth_imitating(summary, task.tags, budget.level) and not (
                         only_successes and summary.failure != "")
                     tries += 1

@@ -42,6 +42,7 @@ from typing import Any
 from bapsql.config import flat_config
 from bapsql.errors import ConfigError
 from bapsql.files import atomic_write_text
+from bapsql.train.config import TrainConfig
 from bapsql.train.experiments.protocol import protocol_train_config
 from bapsql.train.experiments.table2 import (
     RL_REWARDS,
@@ -107,15 +108,20 @@ def _pick(flat: dict[str, Any], stage: str) -> dict[str, Any]:
             and any(k == p or (p.endswith(".") and k.startswith(p)) for p in keys)}
 
 
+def _stage_train(cfg: Table2Config, stage: str) -> TrainConfig:
+    """The training config ``stage`` runs with: the protocol SFT's, a GRPO stage's (its reward), else the config's."""
+    if stage == "protocol":
+        return protocol_train_config(cfg.train, cfg.protocol)
+    return rl_config(cfg.train, stage) if stage in RL_REWARDS else cfg.train
+
+
 def stage_recipe(cfg: Table2Config, stage: str) -> dict[str, Any]:
     """The settings of ``stage`` (`RECIPE_KEYS` less `RECIPE_NEUTRAL`) as ``{"section.key": value}``, from the
-    training config the stage runs with (the protocol SFT's, a GRPO stage's reward); empty for stages without one
-    (and for the protocol stage of a config without a protocol model)."""
+    training config it runs with (`_stage_train`); empty for stages without one (and for the protocol stage of a
+    config without a protocol model)."""
     if stage == "protocol" and cfg.protocol is None:
         return {}
-    train = (protocol_train_config(cfg.train, cfg.protocol) if stage == "protocol"
-             else rl_config(cfg.train, stage) if stage in RL_REWARDS else cfg.train)
-    return _pick(flat_config(train), stage)
+    return _pick(flat_config(_stage_train(cfg, stage)), stage)
 
 
 def _recorded_recipe(cfg: Table2Config, seed: int, stage: str, records: dict[str, dict]) -> dict[str, Any] | None:
@@ -305,8 +311,7 @@ def set_aside(cfg: Table2Config, seed: int, stage: str, step: Step) -> list[Path
     elif stage in LEDGER_RECIPES:  # the SFT folder and the pairs exported for it (a given sft.data stays)
         from bapsql.train.recipe.pipeline import sft_dir
 
-        train = protocol_train_config(cfg.train, cfg.protocol) if stage == "protocol" else cfg.train
-        folder = sft_dir(train, seed)
+        folder = sft_dir(_stage_train(cfg, stage), seed)
         moves.append((folder, folder.with_name(f"sft.stale-{stamp}")))
         moves += [(f, f.with_name(f"{f.stem}.stale-{stamp}.parquet"))
                   for f in sorted(folder.parent.glob("sft_pairs*.parquet")) if ".stale-" not in f.name]

@@ -125,9 +125,9 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
     if not data.is_file():
         if cfg.sft.data:
             raise ConfigError(f"sft.data: {data} does not exist; export it with `bapsql sft-data --out {data}`")
-        from bapsql.policies.registry import WORKFLOW_NAMES
         from collections import Counter
 
+        from bapsql.policies.registry import WORKFLOW_NAMES
         from bapsql.policies.sft_export import export_sft_shares
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
@@ -135,10 +135,9 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
             cfg.sft.conditions or (cfg.condition,), cfg.data.benchmark, cfg.data.split, cfg.sft.export_pairs, data,
             seed=seed, max_length=cfg.sft.max_length, tokenizer_dir=base,
             template_kwargs=cfg.model.chat_template_kwargs, workflows=cfg.sft.workflows or WORKFLOW_NAMES,
-            budgets=cfg.sft.budgets,
-            env_options=EnvOptions(prompt_style=cfg.prompt_style), per_episode=cfg.sft.per_episode,
-            only_successes=cfg.sft.only_successes, slips=_slip_bank(cfg), console=console,
-            branch_tries=cfg.sft.branch_tries)
+            budgets=cfg.sft.budgets, env_options=EnvOptions(prompt_style=cfg.prompt_style),
+            per_episode=cfg.sft.per_episode, only_successes=cfg.sft.only_successes, slips=_slip_bank(cfg),
+            console=console, branch_tries=cfg.sft.branch_tries)
         branched = Counter()
         for e in exports:
             branched.update(e.branched)
