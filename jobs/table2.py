@@ -1,4 +1,5 @@
-"""``python -m jobs.table2 [--config configs/experiments/table2_cpu.yaml] [--quick] [--out-dir DIR] [--stages ...]``:
+"""``python -m jobs.table2 [--config configs/experiments/table2_cpu.yaml] [--quick] [--out-dir DIR] [--stages ...]
+[--rows ...]``:
 Table 2 in miniature (`bapsql.train.experiments.table2`): pretrain, SFT, BAP-SQL RL and matched SQL-RL per seed, one
 evaluation sweep over the rows, then the analysis and ``table2.md``. Rerun the same command to resume an interrupted
 run."""
@@ -20,7 +21,11 @@ DEFAULT_STAGES = "pretrain,protocol,sft,rl_full,rl_sql,eval,report"  # every sta
 @click.option("--out-dir", default=None, help="Override train.out_dir (runs go to DIR/<name>-seed<k>).")
 @click.option("--stages", default=DEFAULT_STAGES, show_default=True,
               help="Comma-separated stages; finished ones are reused, GRPO and the sweep resume where they stopped.")
-def main(config_path: str, quick: bool, out_dir: str | None, stages: str) -> None:
+@click.option("--rows", default=None,
+              help="Comma-separated Table 2 rows (raw, dashboard, adaptive_posthoc, sft, sql_rl, bap_rl) the eval "
+                   "stage plays, e.g. --stages eval --rows sft to see a row as soon as its model is trained; a later "
+                   "eval resumes the rest. Default: every row.")
+def main(config_path: str, quick: bool, out_dir: str | None, stages: str, rows: str | None) -> None:
     """Train and evaluate the rows of the paper's Table 2 and write the report."""
     from rich.console import Console
 
@@ -35,7 +40,8 @@ def main(config_path: str, quick: bool, out_dir: str | None, stages: str) -> Non
         raise click.UsageError(f"--stages: unknown stage(s) {bad}; use a comma-separated subset of {','.join(STAGES)}")
     try:
         cfg = load_table2_config(config_path, quick=quick, out_dir=out_dir)
-        report = run_table2(cfg, stages=wanted, console=console)
+        chosen = None if rows is None else tuple(r.strip() for r in rows.split(",") if r.strip())
+        report = run_table2(cfg, stages=wanted, rows=chosen, console=console)
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     if report is not None:

@@ -44,6 +44,9 @@ def test_cli_names_a_bad_stage_and_a_missing_preset(tmp_path):
     cfg.write_text(yaml.safe_dump(TOY))
     result = CliRunner().invoke(main, ["--config", str(cfg), "--quick", "--out-dir", str(tmp_path / "runs")])
     assert result.exit_code != 0 and "no quick: preset" in result.output
+    result = CliRunner().invoke(main, ["--config", str(cfg), "--out-dir", str(tmp_path / "runs"), "--stages", "eval",
+                                       "--rows", "sft,bap-rl"])
+    assert result.exit_code != 0 and "unknown row(s) ['bap-rl']" in result.output
 
 
 def _stages(run: Path) -> dict:
@@ -139,7 +142,7 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     more = tmp_path / "more.yaml"
     more.write_text(yaml.safe_dump({**TOY, "train": {**TOY["train"], "grpo": {**TOY["train"]["grpo"], "updates": 2}}}))
     cmd_more = [sys.executable, "-m", "jobs.table2", "--config", str(more), "--out-dir", str(out),
-                "--stages", "rl_full,rl_sql,eval"]
+                "--stages", "rl_full,rl_sql,eval", "--rows", "bap_rl"]
     third = subprocess.run(cmd_more, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     _kill_leftovers(str(tmp_path))
     said = " ".join((third.stdout + third.stderr).split())
@@ -153,6 +156,16 @@ def test_table2_job_end_to_end_resumes_after_a_kill(tmp_path):
     (stale,) = (run / "table2").glob("eval.stale-*")
     assert sorted(p.name for p in (stale / "episodes").iterdir()) == ["method=model.bap_rl@full",
                                                                       "method=model.sql_rl@full"]
+    # --rows bap_rl: only BAP-SQL RL was evaluated again; the stage stays unfinished and the next call plays SQL-RL
+    assert not stages["eval"]["finished"] and "rows bap_rl only" in said
+    logged = sorted(p.name for p in (run / "table2" / "eval" / "episodes").iterdir())
+    assert len(logged) == 5 and "method=model.sql_rl@full" not in logged
+    fourth = subprocess.run([*cmd_more[:-3], "eval,report"], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=1800)
+    _kill_leftovers(str(tmp_path))
+    assert fourth.returncode == 0, fourth.stdout[-3000:] + fourth.stderr[-3000:]
+    assert "rows with no episode yet: sql_rl" in " ".join((fourth.stdout + fourth.stderr).split())
+    assert _stages(run)["eval"]["finished"] and _stages(run)["eval"]["attempts"][-1]["action"] == "resume"
     assert len(list((run / "table2" / "eval" / "episodes").iterdir())) == 6
 
 

@@ -7,7 +7,8 @@ Actions (`Action`), in stage order, each stage seeing what the ones before it wi
 - ``skip``: not wanted, pretraining disabled, or no protocol model asked for;
 - ``reuse``: recorded finished, its output there, its settings as they were, and nothing it was made from newer;
 - ``resume``: something to continue from: a GRPO checkpoint — of an interrupted stage, or of a finished one that made
-  fewer updates than ``grpo.updates`` asks for now (the key grew) — or the evaluation's logged episodes;
+  fewer updates than ``grpo.updates`` asks for now (the key grew) — or the evaluation's logged episodes, when it is
+  unfinished or a row has none (set aside by a redo that was stopped, or left out by ``--rows``);
 - ``run``: from scratch;
 - ``redo``: its output is older than what it was made from, or short of what the config asks and with nothing to
   resume from; the old output is set aside (`set_aside`, never deleted) and the stage made again:
@@ -24,10 +25,11 @@ Actions (`Action`), in stage order, each stage seeing what the ones before it wi
     rows' ``method=`` partitions move to ``table2/eval.stale-<time>/`` and the sweep resumes, running them again
     (episode ids do not depend on the model, so without this the sweep would skip them as logged).
 
-A GRPO stage that made more updates than ``grpo.updates`` (by its checkpoint, else its history) is a `ConfigError` (a
-checkpoint cannot be un-trained): set the key to what it made, or use another ``--out-dir``. Not checked: a protocol
-or SFT model older than a pretraining stage rerun (the pretrained backbones have no rerun path here; the real backbone
-is not pretrained).
+A stage is recorded unfinished (`mark_started`) before it computes, so a call stopped part-way never leaves an earlier
+attempt's ``finished`` standing. A GRPO stage that made more updates than ``grpo.updates`` (by its checkpoint, else
+its history) is a `ConfigError` (a checkpoint cannot be un-trained): set the key to what it made, or use another
+``--out-dir``. Not checked: a protocol or SFT model older than a pretraining stage rerun (the pretrained backbones
+have no rerun path here; the real backbone is not pretrained).
 """
 
 from __future__ import annotations
@@ -84,6 +86,15 @@ def record_attempt(path: Path, stage: str, action: str, seconds: float, finished
     rec["finished"] = rec["finished"] or finished
     atomic_write_text(path, json.dumps({"stages": stages}, indent=1) + "\n")
     return stages
+
+
+def mark_started(path: Path, stage: str) -> None:
+    """Record ``stage`` unfinished before it computes: a call killed part-way through a redo or a resume (whose old
+    output was set aside, or is being extended) must not leave the stage recorded finished from an earlier attempt,
+    or the next plan would reuse what is not there."""
+    stages = read_stages(path)
+    stages.setdefault(stage, {"finished": False, "seconds": 0.0, "attempts": []})["finished"] = False
+    atomic_write_text(path, json.dumps({"stages": stages}, indent=1) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------ recipes
@@ -226,6 +237,13 @@ def _stale_rows(cfg: Table2Config, seed: int, computing: set[str]) -> tuple[tupl
     return tuple(stale), "; ".join(reasons)
 
 
+def _missing_rows(cfg: Table2Config, seed: int) -> tuple[str, ...]:
+    """The rows with no logged episode yet (set aside, never evaluated, or left out by ``--rows``)."""
+    episodes = cfg.train.run_dir(seed) / "table2" / "eval" / "episodes"
+    return tuple(row.key for row in table2_rows(cfg)
+                 if not any((episodes / f"method={row.logged}").rglob("*.parquet")))
+
+
 def _rl_step(cfg: Table2Config, seed: int, stage: str, finished: bool, computing: set[str],
              sft_sha: list[str | None], changed: str) -> Step:
     ckpt, done = _checkpoint(cfg, seed, stage)
@@ -274,11 +292,15 @@ def plan_seed(cfg: Table2Config, seed: int, wanted: tuple[str, ...] = SEED_STAGE
             stale, why = _stale_rows(cfg, seed, computing)
             if stale:
                 step = Step("redo", f"episodes older than their model: {why}", stale)
-            elif finished and _output_exists(cfg, seed, stage):
-                step = Step("reuse")
             else:
-                logged = any((cfg.train.run_dir(seed) / "table2" / "eval").rglob("*.parquet"))
-                step = Step("resume", "the sweep skips the episodes it logged") if logged else Step("run")
+                missing = _missing_rows(cfg, seed)
+                if finished and _output_exists(cfg, seed, stage) and not missing:
+                    step = Step("reuse")
+                elif any((cfg.train.run_dir(seed) / "table2" / "eval").rglob("*.parquet")):
+                    gap = f"; rows with no episode yet: {', '.join(missing)}" if missing else ""
+                    step = Step("resume", f"the sweep skips the episodes it logged{gap}")
+                else:
+                    step = Step("run")
         elif finished and _output_exists(cfg, seed, stage):
             step = Step("redo", f"its settings changed: {changed}") if changed else Step("reuse")
         else:

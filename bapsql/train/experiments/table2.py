@@ -122,6 +122,19 @@ def table2_rows(cfg: Table2Config) -> tuple[Row, ...]:
                         Row("bap_rl", LABELS["bap_rl"], "bap_rl", cond))
 
 
+def select_rows(cfg: Table2Config, keys: tuple[str, ...] | None) -> tuple[Row, ...]:
+    """The rows ``keys`` names (``--rows``; None: every row), in `table2_rows` order; an unknown key is a
+    `ConfigError` that lists the row keys."""
+    rows = table2_rows(cfg)
+    if keys is None:
+        return rows
+    known = [r.key for r in rows]
+    bad = sorted(set(keys) - set(known))
+    if bad or not keys:
+        raise ConfigError(f"--rows: unknown row(s) {bad}; use a comma-separated subset of {','.join(known)}")
+    return tuple(r for r in rows if r.key in keys)
+
+
 # ------------------------------------------------------------------------------------------------------- loading
 def _build(raw: dict, base_dir: Path, where: str, out_dir: str | None) -> Table2Config:
     raw = dict(raw)
@@ -241,14 +254,17 @@ def trained_models(cfg: Table2Config, seed: int) -> dict[str, Path]:
     return models
 
 
-def eval_models(cfg: Table2Config, seed: int, console: Any = None) -> dict[str, Path]:
+def eval_models(cfg: Table2Config, seed: int, console: Any = None,
+                engines: tuple[str, ...] | None = None) -> dict[str, Path]:
     """Engine name -> merged model folder of the rows (`table2_rows`): `trained_models`, and the base model when it
-    plays the prompting rows."""
+    plays the prompting rows; only ``engines`` when given (the engines of the rows ``--rows`` evaluates)."""
     from bapsql.train.recipe.pipeline import base_model
 
     models = trained_models(cfg, seed)
-    if cfg.prompting_model == "base":
+    if cfg.prompting_model == "base" and (engines is None or "base" in engines):
         models = {"base": base_model(cfg.train, console, seed=seed), **models}
+    if engines is not None:
+        models = {name: path for name, path in models.items() if name in engines}
     for name, path in models.items():
         if not (path / "config.json").is_file():
             raise ConfigError(f"eval: no model for {name} at {path}; run the stages before eval")

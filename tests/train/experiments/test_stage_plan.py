@@ -13,6 +13,8 @@ import pytest
 from bapsql.errors import ConfigError
 from bapsql.train.experiments.stage_plan import (
     LEDGER_RECIPES,
+    Step,
+    mark_started,
     plan_seed,
     plan_stages,
     read_stages,
@@ -215,16 +217,39 @@ def test_evaluation_redoes_only_the_rows_whose_model_is_newer_than_their_episode
     assert all(p.parent.parent.name.startswith("eval.stale-") and any(p.rglob("*.parquet")) for p in moved)
     left = sorted(p.name for p in (run / "table2" / "eval" / "episodes").iterdir())
     assert left == sorted(f"method={m}" for m in logged if m != bap)
-    assert plan_stages(cfg, 0)["eval"] == "reuse"  # the rows left are current; a rerun logs the missing ones
+    # the rows left are current; the set-aside row has no episode, so the sweep resumes for it (a redo stopped
+    # right after its set-aside must not read as finished)
+    step = plan_seed(cfg, 0)["eval"]
+    assert step.action == "resume" and step.why.endswith("rows with no episode yet: bap_rl")
     # GRPO resumed in this call (grpo.updates grew): both RL rows are stale, the others not
     plan = plan_seed(_cfg(tmp_path, updates=2), 0)
     assert plan["rl_full"].action == plan["rl_sql"].action == "resume"
     assert plan["eval"].action == "redo" and plan["eval"].stale_methods == tuple(m for m in logged if "sql_rl" in m)
 
 
-def test_set_aside_is_a_no_op_for_other_actions_and_refused_for_stages_without_a_redo(tmp_path):
-    from bapsql.train.experiments.stage_plan import Step
+def test_a_stage_marked_started_is_unfinished_until_its_attempt_is_recorded(tmp_path):
+    cfg = _cfg(tmp_path, updates=1)
+    run = _finished_seed(cfg)
+    for method in (r.logged for r in table2_rows(cfg)):
+        _log_episodes(run, method, age=0.0)
+    path = stages_path(cfg, 0)
+    record_attempt(path, "eval", "run", 1.0, True)
+    assert plan_stages(cfg, 0)["eval"] == "reuse"
+    mark_started(path, "eval")  # a redo or resume that was killed before it recorded its attempt
+    assert not read_stages(path)["eval"]["finished"] and read_stages(path)["eval"]["seconds"] == 1.0
+    assert plan_seed(cfg, 0)["eval"] == Step("resume", "the sweep skips the episodes it logged")
+    # an evaluation of some rows only (--rows) is recorded unfinished and leaves the rest to resume
+    record_attempt(path, "eval", "resume", 2.0, False)
+    assert plan_stages(cfg, 0)["eval"] == "resume"
+    assert record_attempt(path, "eval", "resume", 3.0, True)["eval"] == {
+        **read_stages(path)["eval"], "finished": True, "seconds": 6.0}
+    assert plan_stages(cfg, 0)["eval"] == "reuse"
+    mark_started(tmp_path / "fresh" / "stages.json", "sft")  # no ledger yet: one is made
+    assert read_stages(tmp_path / "fresh" / "stages.json") == {
+        "sft": {"finished": False, "seconds": 0.0, "attempts": []}}
 
+
+def test_set_aside_is_a_no_op_for_other_actions_and_refused_for_stages_without_a_redo(tmp_path):
     cfg = _cfg(tmp_path)
     assert set_aside(cfg, 0, "rl_full", Step("resume")) == []
     with pytest.raises(ConfigError, match="pretrain: has no redo"):

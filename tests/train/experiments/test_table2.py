@@ -68,6 +68,32 @@ def test_prompting_model_sft_moves_the_prompting_rows(tmp_path):
     assert [r.engine for r in table2_rows(cfg)][:3] == ["sft"] * 3
 
 
+def test_rows_are_selected_by_key_in_table_order_and_an_unknown_one_is_named(tmp_path):
+    from bapsql.train.experiments.table2 import eval_models, select_rows
+
+    cfg = load_table2_config(_write(tmp_path, _doc(prompting_model="sft")), out_dir=str(tmp_path / "runs"))
+    assert select_rows(cfg, None) == table2_rows(cfg)
+    assert [r.key for r in select_rows(cfg, ("bap_rl", "raw"))] == ["raw", "bap_rl"]
+    with pytest.raises(ConfigError, match=r"--rows: unknown row\(s\) \['sqlrl'\]; .*raw,dashboard,adaptive_posthoc,sft"):
+        select_rows(cfg, ("sft", "sqlrl"))
+    # only the chosen rows' models need to exist
+    _touch_model(cfg.train.run_dir(0) / "sft" / "merged")
+    assert list(eval_models(cfg, 0, engines=("sft",))) == ["sft"]
+    with pytest.raises(ConfigError, match="no model for bap_rl"):
+        eval_models(cfg, 0, engines=("sft", "bap_rl"))
+
+
+def test_part_of_the_rows_cannot_be_reported_in_the_same_call(tmp_path):
+    from bapsql.train.experiments.table2_run import run_table2
+
+    cfg = load_table2_config(_write(tmp_path, _doc()), out_dir=str(tmp_path / "runs"))
+    with pytest.raises(ConfigError, match="--rows sft: the report needs every row .* --stages eval"):
+        run_table2(cfg, rows=("sft",))
+    with pytest.raises(ConfigError, match="--rows sft: picks the rows the eval stage plays; add eval"):
+        run_table2(cfg, stages=("sft",), rows=("sft",))
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+
 @pytest.mark.parametrize("doc, named", [
     (_doc(prompting_modle="base"), ("prompting_modle",)),
     ({**_doc(), "train": {**_doc()["train"], "grpo": {"updatez": 3}}}, ("train.grpo", "updatez")),
