@@ -14,6 +14,11 @@ DEFAULT_CONFIG = "configs/experiments/table2_cpu.yaml"
 DEFAULT_STAGES = "pretrain,protocol,sft,rl_full,rl_sql,eval,report"  # every stage (tests: STAGES in this order)
 
 
+def _csv(text: str) -> tuple[str, ...]:
+    """The non-empty, stripped items of a comma-separated option."""
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
               type=click.Path(dir_okay=False), help="Table 2 experiment YAML.")
@@ -34,14 +39,13 @@ def main(config_path: str, quick: bool, out_dir: str | None, stages: str, rows: 
     from bapsql.train.experiments.table2_run import run_table2
 
     console = Console(stderr=True)
-    wanted = tuple(s.strip() for s in stages.split(",") if s.strip())
+    wanted = _csv(stages)
     bad = sorted(set(wanted) - set(STAGES))
     if bad or not wanted:
         raise click.UsageError(f"--stages: unknown stage(s) {bad}; use a comma-separated subset of {','.join(STAGES)}")
     try:
         cfg = load_table2_config(config_path, quick=quick, out_dir=out_dir)
-        chosen = None if rows is None else tuple(r.strip() for r in rows.split(",") if r.strip())
-        report = run_table2(cfg, stages=wanted, rows=chosen, console=console)
+        report = run_table2(cfg, stages=wanted, rows=None if rows is None else _csv(rows), console=console)
     except BapsqlError as exc:
         raise click.ClickException(str(exc)) from exc
     if report is not None:

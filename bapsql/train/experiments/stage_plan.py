@@ -51,6 +51,7 @@ from bapsql.train.experiments.table2 import (
     SEED_STAGES,
     STAGES,
     Action,
+    Row,
     Table2Config,
     rl_config,
     table2_rows,
@@ -215,14 +216,18 @@ def _newest_mtime(folder: Path) -> float | None:
     return max(times) if times else None
 
 
+def _row_episodes(cfg: Table2Config, seed: int, row: Row) -> list[Path]:
+    """The episode files the evaluation logged for ``row`` (its ``method=`` partition); [] when none."""
+    part = cfg.train.run_dir(seed) / "table2" / "eval" / "episodes" / f"method={row.logged}"
+    return list(part.rglob("*.parquet")) if part.is_dir() else []
+
+
 def _stale_rows(cfg: Table2Config, seed: int, computing: set[str]) -> tuple[tuple[str, ...], str]:
     """The logged methods whose episodes are older than their model (or whose model is trained in this call)."""
-    episodes = cfg.train.run_dir(seed) / "table2" / "eval" / "episodes"
     models = trained_models(cfg, seed)
     stale, reasons = [], []
     for row in table2_rows(cfg):
-        part = episodes / f"method={row.logged}"
-        files = list(part.rglob("*.parquet")) if part.is_dir() else []
+        files = _row_episodes(cfg, seed, row)
         stage = ROW_STAGES.get(row.engine)
         if not files or stage is None:
             continue
@@ -239,9 +244,7 @@ def _stale_rows(cfg: Table2Config, seed: int, computing: set[str]) -> tuple[tupl
 
 def _missing_rows(cfg: Table2Config, seed: int) -> tuple[str, ...]:
     """The rows with no logged episode yet (set aside, never evaluated, or left out by ``--rows``)."""
-    episodes = cfg.train.run_dir(seed) / "table2" / "eval" / "episodes"
-    return tuple(row.key for row in table2_rows(cfg)
-                 if not any((episodes / f"method={row.logged}").rglob("*.parquet")))
+    return tuple(row.key for row in table2_rows(cfg) if not _row_episodes(cfg, seed, row))
 
 
 def _rl_step(cfg: Table2Config, seed: int, stage: str, finished: bool, computing: set[str],

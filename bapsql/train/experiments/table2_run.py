@@ -91,11 +91,10 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, rows: tup
     from bapsql.train.recipe.pipeline import ray_context
 
     chosen = select_rows(cfg, rows)
-    partial = len(chosen) < len(table2_rows(cfg))
     if rows is not None and "eval" not in stages:
         raise ConfigError(f"--rows {','.join(r.key for r in chosen)}: picks the rows the eval stage plays; add eval "
                           "to --stages")
-    if partial and "report" in stages:
+    if len(chosen) < len(table2_rows(cfg)) and "report" in stages:
         raise ConfigError(f"--rows {','.join(r.key for r in chosen)}: the report needs every row of Table 2; "
                           "leave report out of --stages (e.g. --stages eval) and run it once every row is evaluated")
     t = cfg.train
@@ -111,11 +110,11 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, rows: tup
         need_ray = plan["sft"] in COMPUTES or plan["protocol"] in COMPUTES or (
             t.rollout.use_ray and any(plan[s] in COMPUTES for s in ("rl_full", "rl_sql", "eval")))
         if plan["pretrain"] != "skip":  # alone, before any Ray process takes a core
-            _timed(cfg, seed, "pretrain", steps["pretrain"], console, chosen, partial)
+            _timed(cfg, seed, "pretrain", steps["pretrain"], console, chosen)
         with (ray_context(t, run) if need_ray else contextlib.nullcontext()):
             for stage in SEED_STAGES[1:]:
                 if plan[stage] != "skip":
-                    _timed(cfg, seed, stage, steps[stage], console, chosen, partial)
+                    _timed(cfg, seed, stage, steps[stage], console, chosen)
     if "report" not in stages:
         return None
     t0 = time.perf_counter()
@@ -125,8 +124,7 @@ def run_table2(cfg: Table2Config, *, stages: tuple[str, ...] = STAGES, rows: tup
     return out
 
 
-def _timed(cfg: Table2Config, seed: int, stage: str, step: Step, console: Any, rows: tuple[Row, ...],
-           partial: bool) -> None:
+def _timed(cfg: Table2Config, seed: int, stage: str, step: Step, console: Any, rows: tuple[Row, ...]) -> None:
     path = stages_path(cfg, seed)
     action = step.action
     if action == "reuse":
@@ -142,7 +140,7 @@ def _timed(cfg: Table2Config, seed: int, stage: str, step: Step, console: Any, r
     _run_seed_stage(cfg, seed, stage, action, console, rows)
     seconds = time.perf_counter() - t0
     recipe = stage_recipe(cfg, stage) if stage in LEDGER_RECIPES else None
-    finished = not (partial and stage == "eval")
+    finished = not (stage == "eval" and len(rows) < len(table2_rows(cfg)))  # --rows played part of the table
     total = record_attempt(path, stage, action, seconds, finished, recipe)[stage]["seconds"]
     left = f"; rows {', '.join(r.key for r in rows)} only: run eval again for the others" if not finished else ""
     _say(console, f"seed {seed} {stage}: done in {seconds:.0f} s (stage total {total:.0f} s){left}")
