@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from bapsql.budgets import Budget
 from bapsql.db.shield import busy_result
@@ -217,15 +217,19 @@ class BudgetedSQLEnv(ActionHandlers):
     def _block_text(self, ref: str) -> str:
         return render.block_body(self._store.get(ref))
 
-    def _dashboard_text(self, role: str, content: str) -> str:
+    def _dashboard_text(self, role: str, content: str, spend: Mapping[str, int] | None = None) -> str:
         """The dashboard line to append; its context figure is the headroom after this very message (a fixed
-        point: found on the dashboard's own tokens, then confirmed by counting the whole message)."""
+        point: found on the dashboard's own tokens, then confirmed by counting the whole message). ``spend``: what
+        this very turn will still charge once the message is chosen (an execution's query, VM steps and admitted
+        result tokens), so the line shows the ledger after the turn, as the info's ledger does."""
         if not self.options.show_dashboard:
             return ""
         snap = self._ledger.snapshot()
+        left = dataclasses.replace(snap.remaining, **{ch: max(0, getattr(snap.remaining, ch) - int(v))
+                                                      for ch, v in (spend or {}).items()})
         free = snap.budget.context_tokens - self._tx.live() - self.framing.generation_prompt_tokens
         def line(g: int) -> str:
-            return "\n" + render.dashboard(dataclasses.replace(snap.remaining, context_tokens=max(0, g)), snap.budget)
+            return "\n" + render.dashboard(dataclasses.replace(left, context_tokens=max(0, g)), snap.budget)
 
         body = self._tx.cost(role, content)
         guess = free - body
@@ -241,14 +245,16 @@ class BudgetedSQLEnv(ActionHandlers):
             guess = actual
         return line(guess)
 
-    def _fit(self, build: Callable[[int], tuple[str, str]], n: int, role: str = "tool"):
+    def _fit(self, build: Callable[[int], tuple[str, str]], n: int, role: str = "tool",
+             spend: Callable[[int], Mapping[str, int]] | None = None):
         """Largest k ≤ n whose observation ``build(k)`` = (head, body) + dashboard leaves the completion reserve
-        free; returns (k, head, body, tail, tokens) or None when even k = 0 does not fit."""
+        free; returns (k, head, body, tail, tokens) or None when even k = 0 does not fit. ``spend(k)``: what the
+        turn charges when k is chosen (`_dashboard_text`)."""
         limit = self._budget.context_tokens - self.options.completion_reserve - self.framing.generation_prompt_tokens
 
         def attempt(k: int):
             head, body = build(k)
-            tail = self._dashboard_text(role, head + body)
+            tail = self._dashboard_text(role, head + body, spend(k) if spend is not None else None)
             tokens = self._tx.cost(role, head + body + tail)
             return (k, head, body, tail, tokens) if self._tx.live() + tokens <= limit else None
 

@@ -240,7 +240,18 @@ class ActionHandlers:
         def parts(b: EvidenceBlock, note: str = "") -> tuple[str, str]:  # (header, body) as the observation shows them
             return render.execution_header(b) + "\n", render.block_body(b) + ("\n" + note if note else "")
 
-        fit = self._fit(lambda kk: parts(block(kk)), len(rows))
+        def admitted_tokens(b: EvidenceBlock) -> int:
+            """The result tokens charged when ``b`` is the block shown."""
+            if b.state == "compressed":
+                return count(render.block_body(b))
+            if cond.posthoc != "none":
+                return b.result_tokens  # what the controller rendered
+            return res.cost.result_tokens  # what the shield admitted (rows cut to fit the context included)
+
+        def spend(b: EvidenceBlock) -> dict[str, int]:  # the execution's charge, shown on this turn's dashboard
+            return {"queries": 1, "vm_steps": res.cost.vm_steps, "result_tokens": admitted_tokens(b)}
+
+        fit = self._fit(lambda kk: parts(block(kk)), len(rows), spend=lambda kk: spend(block(kk)))
         if fit is None:
             led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=0)
             return turn, None
@@ -267,23 +278,18 @@ class ActionHandlers:
             if d.control == "profile":
                 chosen = dataclasses.replace(block(len(rows), "compressed", d.profile), result_tokens=row_tokens(
                     len(rows)))
-                fit = self._fit(lambda _k: parts(chosen, note), 0)
+                fit = self._fit(lambda _k: parts(chosen, note), 0, spend=lambda _k: spend(chosen))
             elif d.control == "limit" and d.rows < k:
                 chosen = block(d.rows)
-                fit = self._fit(lambda _k: parts(chosen, note), d.rows)
+                fit = self._fit(lambda _k: parts(chosen, note), d.rows, spend=lambda _k: spend(chosen))
             elif note:
-                fit = self._fit(lambda kk: parts(block(kk), note), k)
+                fit = self._fit(lambda kk: parts(block(kk), note), k, spend=lambda kk: spend(block(kk)))
             if fit is None:
                 led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=0)
                 return turn, None
             if d.control != "profile":
                 chosen = block(fit[0])
-        if chosen.state == "compressed":
-            admitted = count(render.block_body(chosen))
-        elif cond.posthoc != "none":
-            admitted = chosen.result_tokens  # what the controller rendered
-        else:
-            admitted = res.cost.result_tokens  # what the shield admitted (rows cut to fit the context included)
+        admitted = admitted_tokens(chosen)
         led.charge_execution(vm_steps=res.cost.vm_steps, result_tokens=admitted)
         if note:
             led.charge_controller(count(note))

@@ -336,3 +336,33 @@ def test_runs_with_the_packaged_tokenizer(handles, task):
     assert env.ledger.context_tokens == env._tx.prompt()
     r = act(env, AnswerAction("scalar", ("120",), ("E1",)))
     assert r.reward == 1.0 and env.summary().peak_context <= XS.context_tokens
+
+
+def _dashboard_figures(observation: str) -> dict[str, int]:
+    line = observation.rsplit("[left] ", 1)[1].splitlines()[0]
+    names = {"context": "context_tokens", "queries": "queries", "result tokens": "result_tokens",
+             "VM steps": "vm_steps", "turns": "turns"}
+    out = {}
+    for part in line.split(" | "):
+        name, figure = part.rsplit(" ", 1)
+        out[names[name]] = int(figure.split("/")[0])
+    return out
+
+
+@pytest.mark.parametrize("cond", ["full", "dashboard", "adaptive_posthoc"])
+@pytest.mark.parametrize("budget", [XS, S, M])
+def test_every_observation_s_dashboard_is_the_ledger_after_the_turn(make_env, task, cond, budget):
+    """The line the policy reads shows what remains after this very turn, execution charges included (it used to
+    show an execution's query, VM steps and result tokens one turn late)."""
+    env = make_env(condition=condition(cond))
+    obs, info = env.reset(task, budget)
+    assert _dashboard_figures(obs) == info["ledger"]["remaining"]
+    actions = [EstimateQuery(PARIS), ExecuteQuery(BROAD), ExecuteQuery(PARIS), InspectSchema(("city",)),
+               ExecuteQuery("SELECT name FROM city")]
+    for a in actions:
+        r = act(env, a)
+        if r.terminated or r.truncated:
+            break
+        if "[left] " in r.observation:
+            assert _dashboard_figures(r.observation) == r.info["ledger"]["remaining"], (a, r.observation)
+    assert env.ledger.queries >= 1
