@@ -193,6 +193,7 @@ class Context:
     turn: int = 0  # the turn being decided (1-based; set by `ScriptedPolicy.act`)
     # turns the script plays only to set up a situation (a deliberately wrong query): SFT keeps them out of the loss
     staged: set[int] = dataclasses.field(default_factory=set)
+    estimated: set[str] = dataclasses.field(default_factory=set)  # SQL texts the script has estimated or rewritten to
 
     def can(self, tool: str) -> bool:
         return self.condition.offers(tool)

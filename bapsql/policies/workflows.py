@@ -1,7 +1,16 @@
 """The nine programmatic workflows (paper "Training": SFT turn pairs; DESIGN §4). Each is also a runnable policy.
 
 Every workflow imitates an agent that writes the right SQL (the oracle's gold query) but has to fit it into the
-budget; the answer values always come from rows the env executed and showed. Each adapts to the remaining budget
+budget; the answer values always come from rows the env executed and showed.
+
+**Estimate first when the prompt says the budget is tight.** Before any workflow runs a query, it estimates it when
+`estimate_first` holds: the estimate tool is offered, the dashboard shows at most `TIGHT_QUERIES` queries or
+`TIGHT_RESULT_TOKENS` result tokens left (the ladder's XS and S from the start), and the query's text sets no bound
+of `COMPACT_ROWS` rows or fewer (`bapsql.env.rewriter.row_bound`: an aggregate without GROUP BY, a small LIMIT).
+When that estimate shows the query cannot run (`over_budget`) the workflow abstains; otherwise it runs the query.
+The rule reads only what the policy's prompt shows, so the SFT data teaches a condition a model can learn; a
+budget-blind rotation (every workflow in its slot whatever the budget) taught only the marginal, and the trained
+model executed first at every level (README "sft.branch_tries 8, trained"). Each adapts to the remaining budget
 (`Feedback.remaining`) and to the estimates it observes, and to the interface it is given (a tool that is not
 offered is never called; e.g. without ``rewrite_query`` a warned draft is either abandoned by abstaining or executed
 as is, and without ``abstain`` the workflow always tries to answer).
@@ -24,7 +33,8 @@ verify_answer               execute the aggregate, then (if a query and the resu
                             reformulation; answer citing both blocks
 restore_after_archive       execute, archive the block, (with turns to spare) inspect the schema, restore the block
                             (re-charging its result tokens when they remain), answer citing it
-recover_after_rejection     with ≥ 2 queries, execute the naive draft without estimating; after a rejection /
+recover_after_rejection     with ≥ 2 queries, execute the naive draft without estimating (a staged turn, kept out
+                            of the SFT loss: the mistake is the situation, not the lesson); after a rejection /
                             truncation / error rewrite to the aggregate (when offered); execute it; answer
 =========================== ==========================================================================================
 
@@ -43,6 +53,7 @@ from typing import Generator, Mapping, Sequence
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery,
 )
+from bapsql.env.rewriter import row_bound
 from bapsql.policies.oracle import misnamed_column_sql
 from bapsql.policies.base import (
     Context, EstimateSeen, Feedback, ResultSeen, Script, ScriptedPolicy, answer_from_result,
@@ -59,14 +70,46 @@ def execute(ctx: Context, sql: str) -> Generator:
 
 def estimate(ctx: Context, sql: str) -> Generator:
     """Estimate ``sql``; returns (estimate, warned)."""
+    ctx.estimated.add(sql)
     fb: Feedback = yield EstimateQuery(sql)
     return fb.estimate, fb.warning
 
 
 def rewrite(ctx: Context, sql: str, reason: str) -> Generator:
     """Rewrite the candidate to ``sql``; returns (estimate of the rewrite, warned)."""
+    ctx.estimated.add(sql)
     fb: Feedback = yield RewriteQuery(sql, reason)
     return fb.estimate, fb.warning
+
+
+TIGHT_QUERIES = 2  # at most this many queries left ...
+TIGHT_RESULT_TOKENS = 250  # ... or this few result tokens left: the budget is tight (XS and S from the start)
+COMPACT_ROWS = 10  # a query whose text bounds it to this many rows or fewer is compact: it never needs an estimate
+
+
+def estimate_first(ctx: Context, sql: str) -> bool:
+    """Whether to estimate ``sql`` before running it, from what the prompt shows only: the estimate tool is offered,
+    ``sql`` has not been estimated yet, the dashboard shows a tight budget (`TIGHT_QUERIES` / `TIGHT_RESULT_TOKENS`;
+    hidden, it shows nothing) and the text does not bound the result to `COMPACT_ROWS` rows."""
+    if not ctx.can("estimate_query") or ctx.remaining is None or sql in ctx.estimated:
+        return False
+    tight = rem(ctx, "queries") <= TIGHT_QUERIES or rem(ctx, "result_tokens") <= TIGHT_RESULT_TOKENS
+    bound = row_bound(sql)
+    return tight and (bound is None or bound > COMPACT_ROWS)
+
+
+def execute_checked(ctx: Context, sql: str) -> Generator:
+    """Execute ``sql``, estimating it first where `estimate_first` says so; returns the `ResultSeen`, or None when
+    that estimate showed the query cannot run (`over_budget`) and the workflow abstained instead (the episode is
+    over: the caller must not act again)."""
+    if estimate_first(ctx, sql):
+        est, _ = yield from estimate(ctx, sql)
+        why = over_budget(ctx, est)
+        if why is not None:
+            yield from give_up(ctx, f"the query cannot run within the budget: {why}")
+            return None
+    result = yield from execute(ctx, sql)
+    return result
 
 
 def finish(ctx: Context, result: ResultSeen | None, *, also_cite: tuple[str, ...] = ()) -> Generator:
@@ -128,15 +171,17 @@ def corroborate_sql(sql: str) -> str:
 
 
 def execute_gold(ctx: Context) -> Generator:
-    """Execute the oracle's gold query; returns the `ResultSeen`."""
-    result = yield from execute(ctx, ctx.hint.gold_sql)
+    """Execute the oracle's gold query (`execute_checked`); returns the `ResultSeen`, or None when the workflow
+    abstained instead."""
+    result = yield from execute_checked(ctx, ctx.hint.gold_sql)
     return result
 
 
 def answer_with_gold(ctx: Context) -> Generator:
     """Execute the oracle's gold query and answer from what it showed (or abstain when nothing was shown)."""
     result = yield from execute_gold(ctx)
-    yield from finish(ctx, result)
+    if result is not None:
+        yield from finish(ctx, result)
 
 
 # ------------------------------------------------------------------------------------------------------ workflows
@@ -184,7 +229,7 @@ class DrillDown(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if rem(ctx, "queries") >= 2 and rem(ctx, "result_tokens") >= 150 and ctx.hint.has_naive:
-            yield from execute(ctx, peek_sql(ctx.hint.naive_sql, 3))
+            yield from execute_checked(ctx, peek_sql(ctx.hint.naive_sql, 3))
         elif ctx.hint.tables and ctx.can("inspect_schema"):
             yield InspectSchema(ctx.hint.tables)
         yield from answer_with_gold(ctx)
@@ -196,8 +241,10 @@ class EvidenceCompression(ScriptedPolicy):
     def script(self, ctx: Context) -> Script:
         if rem(ctx, "queries") >= 2 and rem(ctx, "result_tokens") >= 300 and ctx.can("manage_evidence"):
             k = 10 if rem(ctx, "result_tokens") >= 800 else 5
-            peek = yield from execute(ctx, peek_sql(ctx.hint.naive_sql, k))
-            if peek is not None and peek.ref is not None:
+            peek = yield from execute_checked(ctx, peek_sql(ctx.hint.naive_sql, k))
+            if peek is None:
+                return
+            if peek.ref is not None:
                 op = "compress" if len(peek.rows) >= 8 else "archive"
                 yield ManageEvidence(op, peek.ref)
         yield from answer_with_gold(ctx)
@@ -234,10 +281,15 @@ class VerifyAnswer(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         result = yield from execute_gold(ctx)
+        if result is None:
+            return
         second = None
-        if (result is not None and result.complete and rem(ctx, "queries") >= 1 and rem(ctx, "turns") >= 2
+        again = corroborate_sql(ctx.hint.gold_sql)
+        if (result.complete and rem(ctx, "queries") >= 1 and rem(ctx, "turns") >= 2 + estimate_first(ctx, again)
                 and rem(ctx, "result_tokens") >= 2 * max(40, 8 * (len(result.rows) + 1))):
-            second = yield from execute(ctx, corroborate_sql(ctx.hint.gold_sql))
+            second = yield from execute_checked(ctx, again)
+            if second is None:
+                return
         cite = (second.ref,) if second is not None and second.complete else ()
         yield from finish(ctx, result, also_cite=cite)
 
@@ -247,7 +299,9 @@ class RestoreAfterArchive(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         result = yield from execute_gold(ctx)
-        if (result is not None and result.complete and ctx.can("manage_evidence") and rem(ctx, "turns") >= 3
+        if result is None:
+            return
+        if (result.complete and ctx.can("manage_evidence") and rem(ctx, "turns") >= 3
                 and rem(ctx, "result_tokens") >= 8 * (len(result.rows) + 2)):
             yield ManageEvidence("archive", result.ref)
             if rem(ctx, "turns") >= 4 and ctx.can("inspect_schema") and ctx.hint.tables:
@@ -270,6 +324,7 @@ class RecoverAfterRejection(ScriptedPolicy):
         if not ctx.hint.has_naive or rem(ctx, "queries") < 2:  # one query: no room to waste it on the draft
             yield from answer_with_gold(ctx)
             return
+        ctx.staged.add(ctx.turn)  # the unestimated draft is the situation this workflow recovers from
         first = yield from execute(ctx, ctx.hint.naive_sql)
         if rem(ctx, "queries") == 0:
             yield from give_up(ctx, "the broad draft used the last query and its rows do not answer the question")

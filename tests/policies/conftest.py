@@ -49,8 +49,9 @@ def ladder():
 class Played:
     """One played episode: the completions the policy emitted, the infos it saw, the env and its summary."""
 
-    def __init__(self, env, summary, completions, infos, messages):
+    def __init__(self, env, summary, completions, infos, messages, staged=frozenset()):
         self.env, self.summary, self.completions, self.infos, self.messages = env, summary, completions, infos, messages
+        self.staged = set(staged)  # turns a scripted policy played only to set up a situation (kept out of SFT)
 
     @property
     def actions(self) -> list[str]:
@@ -78,6 +79,6 @@ def play(handles, counter, ladder):
             infos.append(info)
 
         summary = play_episode(env, policy, task, budget, seed, on_turn=on_turn)
-        return Played(env, summary, completions, infos, messages)
+        return Played(env, summary, completions, infos, messages, getattr(policy, "staged_turns", frozenset()))
 
     return run

@@ -96,6 +96,7 @@ def test_recover_after_rejection_rewrites_after_a_truncated_draft(play, mini_tas
     got = play("workflow.recover_after_rejection", mini_tasks["shop-00"], "S")
     assert got.actions[:3] == ["execute_query", "rewrite_query", "execute_query"]
     assert got.env.turn_records[0].status == "truncated"
+    assert got.staged == {1}  # the unestimated draft sets up the situation; SFT imitates the recovery only
     # with a single query it cannot afford the draft and goes straight to the aggregate
     assert play("workflow.recover_after_rejection", mini_tasks["shop-00"], "XS").actions == ["execute_query",
                                                                                             "answer"]
@@ -108,3 +109,46 @@ def test_workflows_only_call_offered_tools(play, mini_tasks, workflow):
     for level in LEVELS:
         got = play(policy, mini_tasks["shop-00"], level, condition=bare)
         assert set(got.actions) <= {"execute_query", "answer"} and got.summary.invalid_actions == 0
+
+
+@pytest.mark.parametrize("workflow", ["workflow.direct_aggregation", "workflow.schema_first",
+                                      "workflow.verify_answer", "workflow.restore_after_archive"])
+def test_an_unbounded_query_is_estimated_first_when_the_dashboard_shows_a_tight_budget(play, mini_tasks, workflow):
+    """shop-03 lists cities (no aggregate, no LIMIT): at XS and S (at most 2 queries / 250 result tokens) the query
+    is estimated before it runs; at M and L it runs at once."""
+    task = mini_tasks["shop-03"]
+    for level in LEVELS:
+        got = play(workflow, task, level)
+        first = next(a for a in got.actions if a in ("estimate_query", "execute_query"))
+        assert first == ("estimate_query" if level in ("XS", "S") else "execute_query"), (level, got.actions)
+        assert got.summary.success and got.summary.invalid_actions == 0, (level, got.summary.failure)
+
+
+def test_a_compact_query_or_a_hidden_dashboard_runs_without_an_estimate(play, mini_tasks):
+    """The rule reads only what the prompt shows: a COUNT (one row) needs no estimate even at XS, and without the
+    dashboard the budget cannot be seen to be tight."""
+    assert play("workflow.direct_aggregation", mini_tasks["shop-00"], "XS").actions == ["execute_query", "answer"]
+    blind = Condition(name="blind", show_dashboard=False)
+    got = play("workflow.direct_aggregation", mini_tasks["shop-03"], "XS", condition=blind)
+    assert got.actions == ["execute_query", "answer"]
+
+
+def test_the_estimate_first_rule_reads_the_ledger_and_the_query_text():
+    from bapsql.policies.workflows import estimate_first
+
+    class Ctx:  # the two things the rule reads, and the tool offer
+        def __init__(self, remaining, offered=True):
+            self.remaining, self.estimated = remaining, set()
+            self.can = lambda tool: offered
+
+    tight = {"queries": 2, "result_tokens": 900}
+    roomy = {"queries": 4, "result_tokens": 800}
+    lst = "SELECT name FROM t WHERE x = 1"
+    assert estimate_first(Ctx(tight), lst) and not estimate_first(Ctx(roomy), lst)
+    assert estimate_first(Ctx({"queries": 8, "result_tokens": 250}), lst)
+    assert not estimate_first(Ctx(tight), "SELECT COUNT(*) FROM t")
+    assert not estimate_first(Ctx(tight), lst + " LIMIT 10") and estimate_first(Ctx(tight), lst + " LIMIT 11")
+    assert not estimate_first(Ctx(None), lst) and not estimate_first(Ctx(tight, offered=False), lst)
+    seen = Ctx(tight)
+    seen.estimated.add(lst)
+    assert not estimate_first(seen, lst)
