@@ -159,3 +159,4 @@ def sft_data_cmd(benchmark: str, split: str, n: int, out: str, seed: int, condit
     click.echo("per workflow: " + ", ".join(f"{k}={v}" for k, v in sorted(res.per_workflow.items())))
     click.echo("per budget: " + ", ".join(f"{k}={v}" for k, v in res.per_budget.items()))
     click.echo("took their branch: " + (", ".join(f"{k}={v}" for k, v in sorted(res.branched.items())) or "none"))
+    click.echo("estimate first (kept episodes): " + (res.estimate_first_line() or "none"))

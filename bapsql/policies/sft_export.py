@@ -41,7 +41,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -85,6 +85,18 @@ class SFTExport:
     per_budget: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     branched: dict[str, int] = field(default_factory=dict)  # kept episodes that took their workflow's branch
+    kept_per_budget: dict[str, int] = field(default_factory=dict)  # kept episodes per budget level
+    # kept episodes per level whose first imitated action is an estimate (the data's "estimate first" condition)
+    estimate_first: dict[str, int] = field(default_factory=dict)
+
+    def estimate_first_line(self) -> str:
+        return estimate_first_line(self.kept_per_budget, self.estimate_first)
+
+
+def estimate_first_line(kept_per_budget: Mapping[str, int], estimate_first: Mapping[str, int]) -> str:
+    """``XS 39/55, S 37/62, ...``: kept episodes that start with an estimate, per level (in ``kept_per_budget``'s
+    order)."""
+    return ", ".join(f"{b} {estimate_first.get(b, 0)}/{k}" for b, k in kept_per_budget.items())
 
 
 def pair_key(prompt: str, completion: str) -> str:
@@ -212,6 +224,8 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
     per_workflow: dict[str, int] = {}
     branched: dict[str, int] = {}
     per_budget: dict[str, int] = {}
+    kept_per_budget: dict[str, int] = {}
+    estimate_first: dict[str, int] = {}
 
     from bapsql.progress import Progress
 
@@ -246,9 +260,13 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
                     kept += 1
                     if took:
                         branched[policy.name] = branched.get(policy.name, 0) + 1
+                    staged = getattr(policy, "staged_turns", frozenset())
+                    first = next((r.action for i, r in enumerate(env.turn_records, 1) if i not in staged), None)
+                    kept_per_budget[budget.level] = kept_per_budget.get(budget.level, 0) + 1
+                    estimate_first[budget.level] = estimate_first.get(budget.level, 0) + (first == "estimate_query")
                     for turn, prompt, completion, input_ids, loss_mask in _episode_items(
                             template, turns, tools if tool_schemas else None, template_kwargs or {}, per_episode,
-                            getattr(policy, "staged_turns", frozenset())):
+                            staged):
                         key = pair_key(prompt, completion)
                         if key in seen:
                             dups += 1
@@ -278,8 +296,10 @@ def export_sft(benchmark_dir: str | Path, split: str, n: int, out: str | Path, *
         progress.stop()
     out = Path(out)
     _write_parquet(rows, out)
+    order = {b.level: i for i, b in enumerate(levels)}
+    kept_per_budget = dict(sorted(kept_per_budget.items(), key=lambda kv: order[kv[0]]))
     return SFTExport(out, len(rows), played, kept, dups, too_long, per_workflow, per_budget,
-                     time.perf_counter() - t_start, branched)
+                     time.perf_counter() - t_start, branched, kept_per_budget, estimate_first)
 
 
 def split_pairs(total: int, parts: int) -> list[int]:

@@ -128,7 +128,7 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
         from collections import Counter
 
         from bapsql.policies.registry import WORKFLOW_NAMES
-        from bapsql.policies.sft_export import export_sft_shares
+        from bapsql.policies.sft_export import estimate_first_line, export_sft_shares
 
         _say(console, f"exporting {cfg.sft.export_pairs} SFT pairs from the workflows into {data} ...")
         exports = export_sft_shares(
@@ -138,11 +138,15 @@ def run_sft_stage(cfg: TrainConfig, seed: int, *, console: Any = None) -> SFTRes
             budgets=cfg.sft.budgets, env_options=EnvOptions(prompt_style=cfg.prompt_style),
             per_episode=cfg.sft.per_episode, only_successes=cfg.sft.only_successes, slips=_slip_bank(cfg),
             console=console, branch_tries=cfg.sft.branch_tries)
-        branched = Counter()
+        branched, kept, first = Counter(), Counter(), Counter()
         for e in exports:
             branched.update(e.branched)
+            kept.update(e.kept_per_budget)
+            first.update(e.estimate_first)
         _say(console, "kept episodes that took their workflow's budget-aware branch: "
              + (", ".join(f"{k.removeprefix('workflow.')} {v}" for k, v in sorted(branched.items())) or "none"))
+        _say(console, "kept episodes that start with an estimate, per level: "
+             + (estimate_first_line(kept, first) or "none"))
     n_pairs = _count_rows(data)
     steps = -(-n_pairs // cfg.sft.effective_batch) * cfg.sft.epochs
     lcfg = cfg.learner_config(base, "sft", seed=seed, total_steps=steps)
