@@ -296,6 +296,14 @@ def test_the_sft_export_stream_equals_the_rollout_stream(smollm2_dir, template, 
     for r in rows:
         by_seed[r["seed"]].append(r)
     del by_seed[max(by_seed)]  # ``n`` counts rows: the last episode may have lost its later segments
+    # a staged turn (recover_after_rejection's unestimated draft: its first turn) is in the stream but out of the
+    # loss, by design, so replaying the loss runs cannot reproduce it (tests/policies/test_sft_export.py covers
+    # staged turns): an episode's first segment then holds more assistant turns than loss runs
+    staged = {seed for seed, eps in by_seed.items() if template.decode(eps[0]["input_ids"]).count(
+        "<|im_start|>assistant\n") > len(_runs(eps[0]["input_ids"], eps[0]["loss_mask"]))}
+    assert staged == {s for s, eps in by_seed.items() if eps[0]["workflow"] == "workflow.recover_after_rejection"
+                      and eps[0]["budget"] != "XS"}
+    by_seed = {seed: eps for seed, eps in by_seed.items() if seed not in staged}
     assert max(len(eps) for eps in by_seed.values()) >= 2  # evidence management rewrote a context: a new segment
     tasks = {t.task_id: t for t in load_tasks(root, "train")}
     ladder = load_ladder()
