@@ -55,18 +55,28 @@ def _literal_limit(tree: exp.Select) -> int | None:
     return None
 
 
+def _parse(sql: str) -> exp.Expression | None:
+    """``sql`` parsed as SQLite, or None when it does not parse."""
+    try:
+        return sqlglot.parse_one(sql, read="sqlite")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+        return None
+
+
+def _has_aggregate(tree: exp.Select) -> bool:
+    """Whether the projection holds an aggregate function."""
+    return any(e.find(exp.AggFunc) is not None for e in tree.expressions)
+
+
 def row_bound(sql: str) -> int | None:
     """The most rows ``sql`` can return, read from its text: 1 for an aggregate projection without GROUP BY, the
     literal LIMIT otherwise (the smaller of the two when both hold); None when the text sets no bound or does not
     parse as one SELECT."""
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
-        return None
+    tree = _parse(sql)
     if not isinstance(tree, exp.Select):
         return None
     bounds = [_literal_limit(tree)]
-    if not tree.args.get("group") and any(e.find(exp.AggFunc) is not None for e in tree.expressions):
+    if not tree.args.get("group") and _has_aggregate(tree):
         bounds.append(1)
     known = [b for b in bounds if b is not None]
     return min(known) if known else None
@@ -75,15 +85,13 @@ def row_bound(sql: str) -> int | None:
 def deterministic_rewrite(sql: str, k: int = DEFAULT_K) -> Rewrite:
     """Rewrite `sql` by the fixed rules above with row allowance `k` (see module docstring)."""
     k = max(1, int(k))
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+    tree = _parse(sql)
+    if tree is None:
         return Rewrite(sql, "unchanged", "the query does not parse; left unchanged")
     if not isinstance(tree, exp.Select):
         return Rewrite(sql, "unchanged", "not a single SELECT; left unchanged")
-    has_agg = any(e.find(exp.AggFunc) is not None for e in tree.expressions)
     broad = (
-        not has_agg
+        not _has_aggregate(tree)
         and not tree.args.get("group")
         and not tree.args.get("distinct")
         and tree.args.get("limit") is None

@@ -229,7 +229,9 @@ class DrillDown(ScriptedPolicy):
 
     def script(self, ctx: Context) -> Script:
         if rem(ctx, "queries") >= 2 and rem(ctx, "result_tokens") >= 150 and ctx.hint.has_naive:
-            yield from execute_checked(ctx, peek_sql(ctx.hint.naive_sql, 3))
+            peek = yield from execute_checked(ctx, peek_sql(ctx.hint.naive_sql, 3))
+            if peek is None:  # abstained on the estimate: the episode is over
+                return
         elif ctx.hint.tables and ctx.can("inspect_schema"):
             yield InspectSchema(ctx.hint.tables)
         yield from answer_with_gold(ctx)
