@@ -11,8 +11,6 @@ applies fixed, question-blind rules to the warned SQL. It is pure (sqlglot only)
 
 ``k`` is the number of rows the remaining result-token budget affords at half use, from the estimate's tokens per
 row (`affordable_rows`), clamped to [1, 50]; 10 when no estimate is given.
-
-`row_bound` reads the same shapes: how many rows a query can return at most, judged from its text alone.
 """
 
 from __future__ import annotations
@@ -66,20 +64,6 @@ def _parse(sql: str) -> exp.Expression | None:
 def _has_aggregate(tree: exp.Select) -> bool:
     """Whether the projection holds an aggregate function."""
     return any(e.find(exp.AggFunc) is not None for e in tree.expressions)
-
-
-def row_bound(sql: str) -> int | None:
-    """The most rows ``sql`` can return, read from its text: 1 for an aggregate projection without GROUP BY, the
-    literal LIMIT otherwise (the smaller of the two when both hold); None when the text sets no bound or does not
-    parse as one SELECT."""
-    tree = _parse(sql)
-    if not isinstance(tree, exp.Select):
-        return None
-    bounds = [_literal_limit(tree)]
-    if not tree.args.get("group") and _has_aggregate(tree):
-        bounds.append(1)
-    known = [b for b in bounds if b is not None]
-    return min(known) if known else None
 
 
 def deterministic_rewrite(sql: str, k: int = DEFAULT_K) -> Rewrite:

@@ -4,13 +4,15 @@ Every workflow imitates an agent that writes the right SQL (the oracle's gold qu
 budget; the answer values always come from rows the env executed and showed.
 
 **Estimate first when the prompt says the budget is tight.** Before any workflow runs a query, it estimates it when
-`estimate_first` holds: the estimate tool is offered, the dashboard shows at most `TIGHT_QUERIES` queries or
-`TIGHT_RESULT_TOKENS` result tokens left (the ladder's XS and S from the start), and the query's text sets no bound
-of `COMPACT_ROWS` rows or fewer (`bapsql.env.rewriter.row_bound`: an aggregate without GROUP BY, a small LIMIT).
-When that estimate shows the query cannot run (`over_budget`) the workflow abstains; otherwise it runs the query.
-The rule reads only what the policy's prompt shows, so the SFT data teaches a condition a model can learn; a
-budget-blind rotation (every workflow in its slot whatever the budget) taught only the marginal, and the trained
-model executed first at every level (README "sft.branch_tries 8, trained"). Each adapts to the remaining budget
+`estimate_first` holds: the estimate tool is offered and the dashboard shows at most `TIGHT_QUERIES` queries or
+`TIGHT_RESULT_TOKENS` result tokens left (the ladder's XS and S from the start), whatever the query. When that
+estimate shows the query cannot run (`over_budget`) the workflow abstains; otherwise it runs the query. The rule
+reads only what the policy's prompt shows *when it names the tool*, so the SFT data teaches a condition a model can
+learn. A budget-blind rotation (every workflow in its slot whatever the budget) taught only the marginal: the
+trained model executed first at every level (README "sft.branch_tries 8, trained"). A rule that also skipped
+queries whose text bounds them to a few rows (d498ab5) could not be seen either: a tool call names the tool before
+it writes the SQL, and the trained model estimated the compact queries and executed the broad ones (README
+"Estimate-first workflows and a dashboard fix, trained"). Each adapts to the remaining budget
 (`Feedback.remaining`) and to the estimates it observes, and to the interface it is given (a tool that is not
 offered is never called; e.g. without ``rewrite_query`` a warned draft is either abandoned by abstaining or executed
 as is, and without ``abstain`` the workflow always tries to answer).
@@ -53,7 +55,6 @@ from typing import Generator, Mapping, Sequence
 from bapsql.env.actions import (
     Abstain, AnswerAction, EstimateQuery, ExecuteQuery, InspectSchema, ManageEvidence, RewriteQuery,
 )
-from bapsql.env.rewriter import row_bound
 from bapsql.policies.oracle import misnamed_column_sql
 from bapsql.policies.base import (
     Context, EstimateSeen, Feedback, ResultSeen, Script, ScriptedPolicy, answer_from_result,
@@ -84,18 +85,16 @@ def rewrite(ctx: Context, sql: str, reason: str) -> Generator:
 
 TIGHT_QUERIES = 2  # at most this many queries left ...
 TIGHT_RESULT_TOKENS = 250  # ... or this few result tokens left: the budget is tight (XS and S from the start)
-COMPACT_ROWS = 10  # a query whose text bounds it to this many rows or fewer is compact: it never needs an estimate
 
 
 def estimate_first(ctx: Context, sql: str) -> bool:
-    """Whether to estimate ``sql`` before running it, from what the prompt shows only: the estimate tool is offered,
-    ``sql`` has not been estimated yet, the dashboard shows a tight budget (`TIGHT_QUERIES` / `TIGHT_RESULT_TOKENS`;
-    hidden, it shows nothing) and the text does not bound the result to `COMPACT_ROWS` rows."""
+    """Whether to estimate ``sql`` before running it, from what the prompt shows before the call is written: the
+    estimate tool is offered, ``sql`` has not been estimated yet, and the dashboard shows a tight budget
+    (`TIGHT_QUERIES` / `TIGHT_RESULT_TOKENS`; hidden, it shows nothing). The query's text plays no part: the policy
+    chooses the tool before it writes the SQL."""
     if not ctx.can("estimate_query") or ctx.remaining is None or sql in ctx.estimated:
         return False
-    tight = rem(ctx, "queries") <= TIGHT_QUERIES or rem(ctx, "result_tokens") <= TIGHT_RESULT_TOKENS
-    bound = row_bound(sql)
-    return tight and (bound is None or bound > COMPACT_ROWS)
+    return rem(ctx, "queries") <= TIGHT_QUERIES or rem(ctx, "result_tokens") <= TIGHT_RESULT_TOKENS
 
 
 def execute_checked(ctx: Context, sql: str) -> Generator:

@@ -6,7 +6,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bapsql.env.rewriter import MAX_K, affordable_rows, deterministic_rewrite, row_bound
+from bapsql.env.rewriter import MAX_K, affordable_rows, deterministic_rewrite
 
 
 def test_broad_listing_becomes_count_over_same_rows():
@@ -59,20 +59,3 @@ def test_rewrite_is_deterministic_parseable_and_bounded(sql, k):
         assert tree.sql(dialect="sqlite").startswith("SELECT COUNT(*)")
     if a.rule == "unchanged":
         assert a.sql == sql
-
-
-def test_row_bound_reads_the_bound_a_query_text_sets():
-    assert row_bound("SELECT COUNT(*) FROM t WHERE x = 1") == 1
-    assert row_bound("SELECT MAX(x) FROM t LIMIT 5") == 1
-    assert row_bound("SELECT a FROM t ORDER BY a LIMIT 3") == 3
-    assert row_bound("SELECT * FROM (SELECT a FROM t) LIMIT 7") == 7
-    assert row_bound("SELECT a, COUNT(*) FROM t GROUP BY a") is None  # one row per group
-    assert row_bound("SELECT a FROM t") is None
-    assert row_bound("SELECT a FROM t UNION SELECT b FROM u") is None
-    assert row_bound("not sql ((") is None
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(min_value=0, max_value=10_000))
-def test_row_bound_of_a_literal_limit_is_the_limit(k):
-    assert row_bound(f"SELECT name FROM t WHERE x > 2 LIMIT {k}") == k

@@ -293,11 +293,11 @@ def test_a_workflow_whose_branch_never_comes_still_keeps_its_share(minibench, tm
 
 
 def test_the_export_counts_the_kept_episodes_that_start_with_an_estimate_per_level(minibench, tmp_path):
-    """direct_aggregation estimates first only where the dashboard shows a tight budget and the query is unbounded:
-    some XS episodes, no L episode; the count is of kept episodes, per level, in the ladder's order."""
+    """direct_aggregation estimates first where the dashboard shows a tight budget: every kept XS episode, no L
+    episode; the count is of kept episodes, per level, in the ladder's order."""
     res = export_sft(minibench, "train", 40, tmp_path / "first.parquet", seed=0, per_episode=True,
                      budgets=("XS", "L"), workflows=("workflow.direct_aggregation",))
     assert list(res.kept_per_budget) == ["XS", "L"] and sum(res.kept_per_budget.values()) == res.kept_episodes
-    assert 0 < res.estimate_first["XS"] < res.kept_per_budget["XS"] and res.estimate_first.get("L", 0) == 0
+    assert 0 < res.estimate_first["XS"] == res.kept_per_budget["XS"] and res.estimate_first.get("L", 0) == 0
     assert res.estimate_first_line() == (f"XS {res.estimate_first['XS']}/{res.kept_per_budget['XS']}, "
                                          f"L 0/{res.kept_per_budget['L']}")

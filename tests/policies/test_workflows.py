@@ -65,9 +65,10 @@ def test_answers_are_the_shown_cells(play, mini_tasks):
 
 def test_budget_adaptive_plans(play, mini_tasks):
     task = mini_tasks["shop-00"]
-    assert play("workflow.drill_down", task, "XS").actions == ["inspect_schema", "execute_query", "answer"]
+    assert play("workflow.drill_down", task, "XS").actions == ["inspect_schema", "estimate_query", "execute_query",
+                                                                "answer"]
     assert play("workflow.drill_down", task, "M").actions == ["execute_query", "execute_query", "answer"]
-    assert play("workflow.evidence_compression", task, "XS").actions == ["execute_query", "answer"]
+    assert play("workflow.evidence_compression", task, "XS").actions == ["estimate_query", "execute_query", "answer"]
     m = play("workflow.evidence_compression", task, "M")
     assert m.actions == ["execute_query", "manage_evidence", "execute_query", "answer"]
     assert m.env.evidence.get("E1").state in ("compressed", "archived")
@@ -79,7 +80,8 @@ def test_verify_answer_cites_two_blocks_when_the_budget_allows(play, mini_tasks)
     assert parse_action(got.completions[-1]).citations == ("E1", "E2")
     # re-running the gold SQL as a derived table returns the same rows: not independent corroboration
     assert got.summary.evidence_score == pytest.approx(0.75)
-    assert play("workflow.verify_answer", mini_tasks["shop-00"], "XS").actions == ["execute_query", "answer"]
+    xs = play("workflow.verify_answer", mini_tasks["shop-00"], "XS").actions  # one query: no second block
+    assert xs == ["estimate_query", "execute_query", "answer"]
 
 
 def test_restore_after_archive_restores_before_citing(play, mini_tasks):
@@ -97,9 +99,9 @@ def test_recover_after_rejection_rewrites_after_a_truncated_draft(play, mini_tas
     assert got.actions[:3] == ["execute_query", "rewrite_query", "execute_query"]
     assert got.env.turn_records[0].status == "truncated"
     assert got.staged == {1}  # the unestimated draft sets up the situation; SFT imitates the recovery only
-    # with a single query it cannot afford the draft and goes straight to the aggregate
-    assert play("workflow.recover_after_rejection", mini_tasks["shop-00"], "XS").actions == ["execute_query",
-                                                                                            "answer"]
+    # with a single query it cannot afford the draft and goes straight to the aggregate, estimated at XS
+    xs = play("workflow.recover_after_rejection", mini_tasks["shop-00"], "XS").actions
+    assert xs == ["estimate_query", "execute_query", "answer"]
 
 
 @pytest.mark.parametrize("workflow", WORKFLOW_NAMES)
@@ -113,27 +115,26 @@ def test_workflows_only_call_offered_tools(play, mini_tasks, workflow):
 
 @pytest.mark.parametrize("workflow", ["workflow.direct_aggregation", "workflow.schema_first",
                                       "workflow.verify_answer", "workflow.restore_after_archive"])
-def test_an_unbounded_query_is_estimated_first_when_the_dashboard_shows_a_tight_budget(play, mini_tasks, workflow):
-    """shop-03 lists cities (no aggregate, no LIMIT): at XS and S (at most 2 queries / 250 result tokens) the query
-    is estimated before it runs; at M and L it runs at once."""
-    task = mini_tasks["shop-03"]
-    for level in LEVELS:
-        got = play(workflow, task, level)
-        first = next(a for a in got.actions if a in ("estimate_query", "execute_query"))
-        assert first == ("estimate_query" if level in ("XS", "S") else "execute_query"), (level, got.actions)
-        assert got.summary.success and got.summary.invalid_actions == 0, (level, got.summary.failure)
+def test_every_query_is_estimated_first_when_the_dashboard_shows_a_tight_budget(play, mini_tasks, workflow):
+    """shop-03 lists cities (no aggregate, no LIMIT), shop-00 counts orders (one row): at XS and S (at most 2
+    queries / 250 result tokens) either query is estimated before it runs, since the policy names the tool before it
+    writes the SQL; at M and L it runs at once."""
+    for tid in ("shop-03", "shop-00"):
+        for level in LEVELS:
+            got = play(workflow, mini_tasks[tid], level)
+            first = next(a for a in got.actions if a in ("estimate_query", "execute_query"))
+            assert first == ("estimate_query" if level in ("XS", "S") else "execute_query"), (tid, level, got.actions)
+            assert got.summary.success and got.summary.invalid_actions == 0, (tid, level, got.summary.failure)
 
 
-def test_a_compact_query_or_a_hidden_dashboard_runs_without_an_estimate(play, mini_tasks):
-    """The rule reads only what the prompt shows: a COUNT (one row) needs no estimate even at XS, and without the
-    dashboard the budget cannot be seen to be tight."""
-    assert play("workflow.direct_aggregation", mini_tasks["shop-00"], "XS").actions == ["execute_query", "answer"]
+def test_a_hidden_dashboard_runs_without_an_estimate(play, mini_tasks):
+    """The rule reads only what the prompt shows: without the dashboard the budget cannot be seen to be tight."""
     blind = Condition(name="blind", show_dashboard=False)
     got = play("workflow.direct_aggregation", mini_tasks["shop-03"], "XS", condition=blind)
     assert got.actions == ["execute_query", "answer"]
 
 
-def test_the_estimate_first_rule_reads_the_ledger_and_the_query_text():
+def test_the_estimate_first_rule_reads_the_ledger_not_the_query_text():
     from bapsql.policies.workflows import estimate_first
 
     class Ctx:  # the two things the rule reads, and the tool offer
@@ -146,8 +147,8 @@ def test_the_estimate_first_rule_reads_the_ledger_and_the_query_text():
     lst = "SELECT name FROM t WHERE x = 1"
     assert estimate_first(Ctx(tight), lst) and not estimate_first(Ctx(roomy), lst)
     assert estimate_first(Ctx({"queries": 8, "result_tokens": 250}), lst)
-    assert not estimate_first(Ctx(tight), "SELECT COUNT(*) FROM t")
-    assert not estimate_first(Ctx(tight), lst + " LIMIT 10") and estimate_first(Ctx(tight), lst + " LIMIT 11")
+    assert estimate_first(Ctx(tight), "SELECT COUNT(*) FROM t") and estimate_first(Ctx(tight), lst + " LIMIT 1")
+    assert not estimate_first(Ctx(roomy), "SELECT COUNT(*) FROM t")
     assert not estimate_first(Ctx(None), lst) and not estimate_first(Ctx(tight, offered=False), lst)
     seen = Ctx(tight)
     seen.estimated.add(lst)
