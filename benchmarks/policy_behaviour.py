@@ -1,12 +1,14 @@
-"""What each evaluated policy does, from its logged trajectories: one row per method × budget.
+"""What each evaluated policy does, from its logged trajectories: one row per method × budget, levels in ladder order.
 
     python benchmarks/policy_behaviour.py RUN_DIR [RUN_DIR ...]
 
 RUN_DIR: a sweep's log folder (``episodes/`` and ``turns/`` Parquet below it), e.g. a training run's
 ``<out>/cpu-learn-seed0/eval/logs``. Columns: episodes, Budgeted Success %, queries executed per episode, invalid
 actions per episode, mean evidence score, the share of episodes that inspected the schema, the share that hit a
-SQL error (an execution SQLite refused, e.g. "no such column") and, of those, the share that still succeeded, then
-the failure kinds (counts). Markdown on stdout.
+SQL error (an execution SQLite refused, e.g. "no such column") and, of those, the share that still succeeded; the
+share whose first query-bearing action (``estimate_query`` or ``execute_query``) is an estimate, the share with a
+policy-visible estimator warning and, of those, the share that rewrote; the share with a shield rejection (a query
+refused before it ran); then the failure kinds (counts). Markdown on stdout.
 """
 
 from __future__ import annotations
@@ -17,22 +19,33 @@ from collections import Counter
 
 def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     """One dict per (method, budget) with the figures the module docstring lists."""
+    from bapsql.analysis.metrics import level_key
     from bapsql.logs.reader import read_episodes, read_turns
 
     eps = read_episodes(run_dirs, columns=["episode_id", "method", "budget", "success", "queries",
-                                           "invalid_actions", "evidence_score", "failure"])
+                                           "invalid_actions", "evidence_score", "failure", "warnings", "rewrites",
+                                           "rejections"])
     turns = read_turns(run_dirs, columns=["run", "episode_id", "turn", "action", "status"])
     errored = set(turns.loc[(turns["action"] == "execute_query") & (turns["status"] == "error"), "episode_id"])
     inspected = set(turns.loc[turns["action"] == "inspect_schema", "episode_id"])
+    sql_turns = turns[turns["action"].isin(("estimate_query", "execute_query"))].sort_values(["episode_id", "turn"])
+    first = sql_turns.groupby("episode_id", sort=False)["action"].first()
+    estimated_first = set(first.index[first == "estimate_query"])
     rows = []
-    for (method, budget), g in eps.groupby(["method", "budget"], sort=True):
+    cells = sorted(eps.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
+    for (method, budget), g in cells:
         err = g[g["episode_id"].isin(errored)]
+        warned = g[g["warnings"] > 0]
         rows.append({
             "method": method, "budget": budget, "episodes": len(g), "success": 100.0 * g["success"].mean(),
             "queries": g["queries"].mean(), "invalid": g["invalid_actions"].mean(),
             "evidence": g["evidence_score"].mean(), "inspect": 100.0 * g["episode_id"].isin(inspected).mean(),
             "sql_error": 100.0 * len(err) / len(g),
             "recovered": (100.0 * err["success"].mean()) if len(err) else float("nan"),
+            "estimate_first": 100.0 * g["episode_id"].isin(estimated_first).mean(),
+            "warned": 100.0 * len(warned) / len(g),
+            "rewrote": (100.0 * (warned["rewrites"] > 0).mean()) if len(warned) else float("nan"),
+            "rejected": 100.0 * (g["rejections"] > 0).mean(),
             "failures": Counter(f for f in g["failure"] if f),
         })
     return rows
@@ -40,13 +53,15 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
 
 def render(rows: list[dict]) -> str:
     head = ("| method | budget | episodes | success % | queries / ep | invalid / ep | evidence | inspect % "
-            "| SQL error % | of those succeeded % | failures |")
-    lines = [head, "|" + "---|" * 11]
+            "| SQL error % | of those succeeded % | estimate first % | warned % | of those rewrote % | rejected % "
+            "| failures |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].most_common())
         lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
                      f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
-                     f"| {r['recovered']:.0f} | {fails} |")
+                     f"| {r['recovered']:.0f} | {r['estimate_first']:.0f} | {r['warned']:.0f} | {r['rewrote']:.0f} "
+                     f"| {r['rejected']:.0f} | {fails} |")
     return "\n".join(lines)
 
 

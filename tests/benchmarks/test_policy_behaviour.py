@@ -1,0 +1,54 @@
+"""benchmarks/policy_behaviour.py: the per-(method, budget) behaviour table read back from a real sweep's Parquet."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from bapsql.rollout.runner import evaluate
+from tests.policies.minibench import build_minibench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import policy_behaviour  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BAPSQL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    bench = build_minibench(tmp_path_factory.mktemp("bench"))
+    root = tmp_path_factory.mktemp("runs")
+    evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS", "L"], [0], root / "er", limit=4)
+    evaluate(bench, "dev", "scripted.drafter@raw", ["XS"], [0], root / "raw", limit=4)
+    yield [str(root / "er"), str(root / "raw")]
+    mp.undo()
+
+
+def test_the_rows_count_estimates_warnings_rewrites_and_rejections_from_the_logs(runs):
+    from bapsql.logs.reader import read_episodes, read_turns
+
+    listed = policy_behaviour.behaviour_rows(runs)
+    assert [r["budget"] for r in listed if r["method"] == "workflow.estimate_rewrite@full"] == ["XS", "L"]
+    rows = {(r["method"], r["budget"]): r for r in listed}
+    eps = read_episodes(runs)
+    turns = read_turns(runs)
+    for (method, budget), r in rows.items():
+        g = eps[(eps["method"] == method) & (eps["budget"] == budget)]
+        assert r["episodes"] == len(g) > 0
+        firsts = []
+        for eid in g["episode_id"]:  # the slow reference: walk each episode's turns in order
+            t = turns[(turns["episode_id"] == eid) & turns["action"].isin(("estimate_query", "execute_query"))]
+            firsts.append(not t.empty and t.sort_values("turn")["action"].iloc[0] == "estimate_query")
+        assert r["estimate_first"] == pytest.approx(100.0 * sum(firsts) / len(g))
+        assert r["warned"] == pytest.approx(100.0 * (g["warnings"] > 0).mean())
+        assert r["rejected"] == pytest.approx(100.0 * (g["rejections"] > 0).mean())
+    # the workflow estimates its draft first, and at XS the minibench's broad drafts warn and are rewritten; raw
+    # hides every estimate, so the drafter is never warned
+    assert rows[("workflow.estimate_rewrite@full", "XS")]["estimate_first"] == 100.0
+    assert rows[("workflow.estimate_rewrite@full", "XS")]["warned"] > 0
+    assert rows[("workflow.estimate_rewrite@full", "XS")]["rewrote"] == 100.0
+    assert rows[("scripted.drafter@raw", "XS")]["warned"] == 0.0
+    table = policy_behaviour.render(list(rows.values()))
+    assert table.count("\n") == len(rows) + 1 and "estimate first %" in table
