@@ -7,8 +7,9 @@ RUN_DIR: a sweep's log folder (``episodes/`` and ``turns/`` Parquet below it), e
 actions per episode, mean evidence score, the share of episodes that inspected the schema, the share that hit a
 SQL error (an execution SQLite refused, e.g. "no such column") and, of those, the share that still succeeded; the
 share whose first query-bearing action (``estimate_query`` or ``execute_query``) is an estimate, the share with a
-policy-visible estimator warning and, of those, the share that rewrote; the share with a shield rejection (a query
-refused before it ran); then the failure kinds (counts). Markdown on stdout.
+policy-visible estimator warning and, of those, the share that rewrote, and the share with a shield rejection (a query
+refused before it ran), all three from `bapsql.analysis.diagnostics.warning_flow`; then the failure kinds (counts).
+Markdown on stdout.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections import Counter
 
 def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     """One dict per (method, budget) with the figures the module docstring lists."""
+    from bapsql.analysis.diagnostics import percent, warning_flow
     from bapsql.analysis.metrics import level_key
     from bapsql.logs.reader import read_episodes, read_turns
 
@@ -31,11 +33,11 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     sql_turns = turns[turns["action"].isin(("estimate_query", "execute_query"))].sort_values(["episode_id", "turn"])
     first = sql_turns.groupby("episode_id", sort=False)["action"].first()
     estimated_first = set(first.index[first == "estimate_query"])
+    flow = {(w.method, w.budget): w for w in warning_flow(eps)}
     rows = []
     cells = sorted(eps.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
     for (method, budget), g in cells:
         err = g[g["episode_id"].isin(errored)]
-        warned = g[g["warnings"] > 0]
         rows.append({
             "method": method, "budget": budget, "episodes": len(g), "success": 100.0 * g["success"].mean(),
             "queries": g["queries"].mean(), "invalid": g["invalid_actions"].mean(),
@@ -43,9 +45,9 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
             "sql_error": 100.0 * len(err) / len(g),
             "recovered": (100.0 * err["success"].mean()) if len(err) else float("nan"),
             "estimate_first": 100.0 * g["episode_id"].isin(estimated_first).mean(),
-            "warned": 100.0 * len(warned) / len(g),
-            "rewrote": (100.0 * (warned["rewrites"] > 0).mean()) if len(warned) else float("nan"),
-            "rejected": 100.0 * (g["rejections"] > 0).mean(),
+            "warned": flow[(method, budget)].warned_pct,
+            "rewrote": flow[(method, budget)].rewrite_given_warning_pct,
+            "rejected": percent(flow[(method, budget)].rejected, len(g)),
             "failures": Counter(f for f in g["failure"] if f),
         })
     return rows
