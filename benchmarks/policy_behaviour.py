@@ -8,7 +8,9 @@ actions per episode, mean evidence score, the share of episodes that inspected t
 SQL error (an execution SQLite refused, e.g. "no such column") and, of those, the share that still succeeded; the
 share whose first query-bearing action (``estimate_query`` or ``execute_query``) is an estimate, the share with a
 policy-visible estimator warning and, of those, the share that rewrote, and the share with a shield rejection (a query
-refused before it ran), all three from `bapsql.analysis.diagnostics.warning_flow`; then the failure kinds (counts).
+refused before it ran), all three from `bapsql.analysis.diagnostics.warning_flow`; of the warned queries that were
+then executed as estimated, how many the shield admitted whole (`warned_executions`: "a of b"; a warning that
+did not bind); then the failure kinds (counts).
 Markdown on stdout.
 """
 
@@ -20,20 +22,22 @@ from collections import Counter
 
 def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     """One dict per (method, budget) with the figures the module docstring lists."""
-    from bapsql.analysis.diagnostics import percent, warning_flow
+    from bapsql.analysis.diagnostics import percent, warned_executions, warning_flow
     from bapsql.analysis.metrics import level_key
     from bapsql.logs.reader import read_episodes, read_turns
 
     eps = read_episodes(run_dirs, columns=["episode_id", "method", "budget", "success", "queries",
                                            "invalid_actions", "evidence_score", "failure", "warnings", "rewrites",
                                            "rejections"])
-    turns = read_turns(run_dirs, columns=["run", "episode_id", "turn", "action", "status"])
+    turns = read_turns(run_dirs, columns=["run", "episode_id", "method", "budget", "turn", "action", "status", "sql",
+                                          "warning"])
     errored = set(turns.loc[(turns["action"] == "execute_query") & (turns["status"] == "error"), "episode_id"])
     inspected = set(turns.loc[turns["action"] == "inspect_schema", "episode_id"])
     sql_turns = turns[turns["action"].isin(("estimate_query", "execute_query"))].sort_values(["episode_id", "turn"])
     first = sql_turns.groupby("episode_id", sort=False)["action"].first()
     estimated_first = set(first.index[first == "estimate_query"])
     flow = {(w.method, w.budget): w for w in warning_flow(eps)}
+    warned_runs = {(w.method, w.budget): w for w in warned_executions(turns)}
     rows = []
     cells = sorted(eps.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
     for (method, budget), g in cells:
@@ -48,6 +52,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
             "warned": flow[(method, budget)].warned_pct,
             "rewrote": flow[(method, budget)].rewrite_given_warning_pct,
             "rejected": percent(flow[(method, budget)].rejected, len(g)),
+            "warned_runs": warned_runs.get((method, budget)),
             "failures": Counter(f for f in g["failure"] if f),
         })
     return rows
@@ -56,14 +61,16 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
 def render(rows: list[dict]) -> str:
     head = ("| method | budget | episodes | success % | queries / ep | invalid / ep | evidence | inspect % "
             "| SQL error % | of those succeeded % | estimate first % | warned % | of those rewrote % | rejected % "
-            "| failures |")
-    lines = [head, "|" + "---|" * 15]
+            "| warned queries run: admitted whole | failures |")
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].most_common())
+        wr = r["warned_runs"]
+        whole = "—" if wr is None or not wr.executed else f"{wr.statuses.get('ok', 0)} of {wr.executed}"
         lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
                      f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
                      f"| {r['recovered']:.0f} | {r['estimate_first']:.0f} | {r['warned']:.0f} | {r['rewrote']:.0f} "
-                     f"| {r['rejected']:.0f} | {fails} |")
+                     f"| {r['rejected']:.0f} | {whole} | {fails} |")
     return "\n".join(lines)
 
 

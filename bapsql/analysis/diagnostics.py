@@ -11,6 +11,9 @@
 - Warning flow (episodes table), per method × budget: share of episodes with at least one policy-visible warning;
   of those, the share with at least one rewrite; of warned-and-rewritten episodes, the success share; and the
   success share of episodes with at least one shield preflight rejection ("recovery"). Descriptive frequencies.
+- Warned executions (turns table), per method × budget: what happened when a policy executed the very query an
+  estimate had warned on: admitted whole (status ok: the warning was a false alarm for this budget), truncated,
+  rejected, or failed. Says whether rewriting every warned query would have paid.
 - Failure taxonomy (episodes ``failure`` column): counts per kind per method × budget (successes excluded).
 - Empty gold (`empty_gold_summary`): the tasks whose logged gold answer is empty, and success on them.
 Columns another system's logs lack (null) leave the rows out of the diagnostic that needs them.
@@ -171,6 +174,43 @@ def warning_flow(episodes: pd.DataFrame) -> tuple[WarningFlow, ...]:
                 percent(w, n), percent(wr, w), percent(wrs, wr), percent(rejs, rej),
             )
         )
+    return tuple(sorted(out, key=lambda w: (w.method, level_key(w.budget))))
+
+
+@dataclass(frozen=True)
+class WarnedExecutions:
+    """What became of the queries a policy-visible estimate warned on, for one method × budget: ``warned`` such
+    (episode, SQL) pairs; ``executed`` of them run later in the episode as estimated (the first such run counts);
+    ``statuses``: that run's status → count (``ok``: admitted whole, so the warning did not bind)."""
+
+    method: str
+    budget: str
+    warned: int
+    executed: int
+    statuses: Mapping[str, int]
+
+    @property
+    def whole_pct(self) -> float:
+        """Of the warned queries executed as estimated, the percent admitted whole."""
+        return percent(self.statuses.get("ok", 0), self.executed)
+
+
+def warned_executions(turns: pd.DataFrame) -> tuple[WarnedExecutions, ...]:
+    """`WarnedExecutions` per (method, budget) over a turns table (columns run, episode_id, method, budget, turn,
+    action, sql, status, warning); cells without a warned estimate are left out. A query is the same when its text
+    is (a rewrite is a different query: its turn is ``rewrite_query``, never counted here)."""
+    cols = ["run", "episode_id", "sql"]
+    est = turns[(turns["action"] == "estimate_query") & turns["warning"].fillna(False).astype(bool)]
+    est = est.sort_values("turn").drop_duplicates(cols)[cols + ["method", "budget", "turn"]]
+    runs = turns.loc[turns["action"] == "execute_query", cols + ["turn", "status"]]
+    later = est.merge(runs, on=cols, suffixes=("", "_run"))
+    later = later[later["turn_run"] > later["turn"]].sort_values("turn_run").drop_duplicates(cols)  # the first run
+    pairs = est.merge(later[cols + ["turn_run", "status"]], on=cols, how="left")  # turn_run NaN: never run after
+    out = []
+    for (method, budget), g in pairs.groupby(["method", "budget"], sort=True):
+        ran = g[g["turn_run"].notna()]
+        statuses = {str(k): int(v) for k, v in sorted(ran["status"].fillna("none").value_counts().items())}
+        out.append(WarnedExecutions(str(method), str(budget), len(g), len(ran), statuses))
     return tuple(sorted(out, key=lambda w: (w.method, level_key(w.budget))))
 
 

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hst
 
-from bapsql.analysis.diagnostics import coverage, estimator_coverage, failure_taxonomy, warning_flow
+from bapsql.analysis.diagnostics import (
+    coverage, estimator_coverage, failure_taxonomy, warned_executions, warning_flow,
+)
 from tests.analysis.helpers import episodes_table, turns_table
 
 
@@ -105,3 +107,58 @@ def test_a_run_stopped_by_the_vm_step_cap_is_a_miss_when_its_p95_was_below_the_c
     assert (vm.n_p50, vm.p50) == (3, pytest.approx(100 / 3))  # at p50 both stopped runs miss (90,000 < cap)
     assert vm.stopped == 2 and vm.censored_p95 == 1 and vm.preflight_rejected == 1
     assert cov[("XS", "rows")].preflight_rejected == 1 and cov[("XS", "rows")].stopped == 2
+
+
+def _turn(eid, turn, action, sql=None, status=None, warning=False, budget="XS"):
+    return dict(method="m", budget=budget, episode_id=eid, turn=turn, action=action, sql=sql, status=status,
+                warning=warning)
+
+
+def test_warned_executions_follow_each_warned_query_to_its_first_later_run():
+    rows = [
+        # e1: warned on q, ran q whole, then ran it again truncated (only the first run counts)
+        _turn("e1", 1, "estimate_query", "q", "ok", True), _turn("e1", 2, "execute_query", "q", "ok"),
+        _turn("e1", 3, "execute_query", "q", "truncated"),
+        # e2: warned on q, ran something else, then q truncated
+        _turn("e2", 1, "estimate_query", "q", "ok", True), _turn("e2", 2, "execute_query", "r", "ok"),
+        _turn("e2", 3, "execute_query", "q", "truncated"),
+        # e3: warned twice on the same query (one pair), never ran it
+        _turn("e3", 1, "estimate_query", "q", "ok", True), _turn("e3", 2, "estimate_query", "q", "ok", True),
+        # e4: ran q before the warning only: not a run after it
+        _turn("e4", 1, "execute_query", "q", "rejected"), _turn("e4", 2, "estimate_query", "q", "ok", True),
+        # e5: an estimate without a warning is not counted; e6 at S: its own cell
+        _turn("e5", 1, "estimate_query", "q", "ok", False), _turn("e5", 2, "execute_query", "q", "ok"),
+        _turn("e6", 1, "estimate_query", "q", "ok", True, "S"),
+        _turn("e6", 2, "execute_query", "q", "rejected", budget="S"),
+    ]
+    xs, s = warned_executions(turns_table(rows).to_pandas())
+    assert (xs.budget, xs.warned, xs.executed, dict(xs.statuses)) == ("XS", 4, 2, {"ok": 1, "truncated": 1})
+    assert xs.whole_pct == pytest.approx(50.0)
+    assert (s.budget, s.warned, s.executed, dict(s.statuses), s.whole_pct) == ("S", 1, 1, {"rejected": 1}, 0.0)
+
+
+@given(hst.lists(hst.tuples(hst.integers(0, 2), hst.sampled_from(["estimate_query", "execute_query", "answer"]),
+                            hst.sampled_from(["a", "b"]), hst.booleans(),
+                            hst.sampled_from(["ok", "truncated", "rejected", "error"])), max_size=25))
+def test_warned_executions_match_a_slow_walk_over_each_episode(events):
+    rows = [_turn(f"e{e}", i, action, sql if action != "answer" else None, status, warn and action == "estimate_query")
+            for i, (e, action, sql, warn, status) in enumerate(events)]
+    got = {w.budget: w for w in warned_executions(turns_table(rows).to_pandas())}
+    warned, statuses = 0, {}
+    for eid in sorted({r["episode_id"] for r in rows}):  # the reference: walk each episode in turn order
+        ep = [r for r in rows if r["episode_id"] == eid]
+        for sql in ("a", "b"):
+            first_warn = next((r["turn"] for r in ep if r["action"] == "estimate_query" and r["warning"]
+                               and r["sql"] == sql), None)
+            if first_warn is None:
+                continue
+            warned += 1
+            run = next((r for r in ep if r["action"] == "execute_query" and r["sql"] == sql
+                        and r["turn"] > first_warn), None)
+            if run is not None:
+                statuses[run["status"]] = statuses.get(run["status"], 0) + 1
+    if not warned:
+        assert got == {}
+        return
+    assert got["XS"].warned == warned and dict(got["XS"].statuses) == statuses
+    assert got["XS"].executed == sum(statuses.values())

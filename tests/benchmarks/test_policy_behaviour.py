@@ -50,5 +50,8 @@ def test_the_rows_count_estimates_warnings_rewrites_and_rejections_from_the_logs
     assert rows[("workflow.estimate_rewrite@full", "XS")]["warned"] > 0
     assert rows[("workflow.estimate_rewrite@full", "XS")]["rewrote"] == 100.0
     assert rows[("scripted.drafter@raw", "XS")]["warned"] == 0.0
+    # a warned draft that is rewritten is never run as estimated: warned queries, none executed
+    er = rows[("workflow.estimate_rewrite@full", "XS")]["warned_runs"]
+    assert er.warned > 0 and er.executed == 0
     table = policy_behaviour.render(list(rows.values()))
     assert table.count("\n") == len(rows) + 1 and "estimate first %" in table
