@@ -14,6 +14,10 @@
 - Warned executions (turns table), per method × budget: what happened when a policy executed the very query an
   estimate had warned on: admitted whole (status ok: the warning was a false alarm for this budget), truncated,
   rejected, or failed. Says whether rewriting every warned query would have paid.
+- Warning rules (turns table), per method: over the executions that ran with a logged estimate, how a rule "warn
+  when the estimate's result-token quantile exceeds the result tokens left" would have fared against what the
+  shield then did (truncated = the result tokens bound): warned, bound, warned and bound. Compares the p95 rule
+  the environment uses with a p50 rule on logs already written.
 - Failure taxonomy (episodes ``failure`` column): counts per kind per method × budget (successes excluded).
 - Empty gold (`empty_gold_summary`): the tasks whose logged gold answer is empty, and success on them.
 Columns another system's logs lack (null) leave the rows out of the diagnostic that needs them.
@@ -212,6 +216,49 @@ def warned_executions(turns: pd.DataFrame) -> tuple[WarnedExecutions, ...]:
         statuses = {str(k): int(v) for k, v in sorted(ran["status"].fillna("none").value_counts().items())}
         out.append(WarnedExecutions(str(method), str(budget), len(g), len(ran), statuses))
     return tuple(sorted(out, key=lambda w: (w.method, level_key(w.budget))))
+
+
+@dataclass(frozen=True)
+class WarningRule:
+    """How "warn when est_result_tokens_<quantile> > result tokens left" fares on one method's executions:
+    ``runs`` executions admitted whole or truncated with a logged estimate; ``warned`` that the rule flags;
+    ``bound`` the shield truncated; ``hits`` both. Precision = hits / warned, recall = hits / bound (percent)."""
+
+    method: str
+    quantile: str
+    runs: int
+    warned: int
+    bound: int
+    hits: int
+
+    @property
+    def precision_pct(self) -> float:
+        return percent(self.hits, self.warned)
+
+    @property
+    def recall_pct(self) -> float:
+        return percent(self.hits, self.bound)
+
+
+def warning_rules(turns: pd.DataFrame, result_tokens: Mapping[str, int],
+                  quantiles: tuple[str, ...] = ("p50", "p95")) -> tuple[WarningRule, ...]:
+    """`WarningRule` per (method, quantile). ``result_tokens``: level → the level's result-token budget; what is
+    left at a turn is that less ``result_tokens_before`` (the shield's admissible figure can be lower still, when
+    the context is the tighter limit, so "bound" counts every truncation). Levels not in ``result_tokens`` and
+    executions refused before running (rejected, error) are left out."""
+    runs = turns[(turns["action"] == "execute_query") & turns["status"].isin(("ok", "truncated"))
+                 & turns["budget"].isin(list(result_tokens))]
+    left = runs["budget"].map(dict(result_tokens)).astype("float64") - runs["result_tokens_before"].astype("float64")
+    bound = runs["status"] == "truncated"
+    out = []
+    for q in quantiles:
+        est = runs[f"est_result_tokens_{q}"].astype("float64")
+        known = est.notna()
+        warned = est > left
+        for method, idx in runs[known].groupby("method", sort=True).groups.items():
+            w, b = warned.loc[idx], bound.loc[idx]
+            out.append(WarningRule(str(method), q, len(idx), int(w.sum()), int(b.sum()), int((w & b).sum())))
+    return tuple(sorted(out, key=lambda r: (r.method, r.quantile)))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as hst
 
 from bapsql.analysis.diagnostics import (
-    coverage, estimator_coverage, failure_taxonomy, warned_executions, warning_flow,
+    coverage, estimator_coverage, failure_taxonomy, warned_executions, warning_flow, warning_rules,
 )
 from tests.analysis.helpers import episodes_table, turns_table
 
@@ -162,3 +162,40 @@ def test_warned_executions_match_a_slow_walk_over_each_episode(events):
         return
     assert got["XS"].warned == warned and dict(got["XS"].statuses) == statuses
     assert got["XS"].executed == sum(statuses.values())
+
+
+def _run(method, budget, status, before, p50, p95):
+    return dict(method=method, budget=budget, action="execute_query", status=status, result_tokens_before=before,
+                est_result_tokens_p50=p50, est_result_tokens_p95=p95)
+
+
+def test_warning_rules_count_warned_and_truncated_runs_per_quantile():
+    rows = [
+        _run("m", "XS", "ok", 0, 50.0, 90.0),  # 80 left: p95 warns, p50 does not; admitted whole
+        _run("m", "XS", "truncated", 0, 100.0, 300.0),  # both warn; bound
+        _run("m", "XS", "truncated", 40, 30.0, 60.0),  # 40 left: p95 warns; bound
+        _run("m", "XS", "rejected", 0, 500.0, 900.0),  # refused before running: left out
+        _run("m", "XL", "ok", 0, 500.0, 900.0),  # a level not given: left out
+        _run("m", "XS", "ok", 0, None, None),  # no estimate: left out
+    ]
+    got = {r.quantile: r for r in warning_rules(turns_table(rows).to_pandas(), {"XS": 80})}
+    assert (got["p50"].runs, got["p50"].warned, got["p50"].bound, got["p50"].hits) == (3, 1, 2, 1)
+    assert (got["p95"].runs, got["p95"].warned, got["p95"].bound, got["p95"].hits) == (3, 3, 2, 2)
+    assert got["p95"].recall_pct == 100.0 and got["p95"].precision_pct == pytest.approx(200 / 3)
+
+
+@given(hst.lists(hst.tuples(hst.sampled_from(["XS", "S"]), hst.sampled_from(["ok", "truncated", "rejected"]),
+                            hst.integers(0, 300), hst.floats(0, 400), hst.floats(0, 400)), max_size=30))
+def test_warning_rules_match_a_slow_loop(events):
+    budgets = {"XS": 80, "S": 250}
+    rows = [_run("m", b, st, before, p50, p95) for b, st, before, p50, p95 in events]
+    got = {r.quantile: r for r in warning_rules(turns_table(rows).to_pandas(), budgets)}
+    for q, col in (("p50", "est_result_tokens_p50"), ("p95", "est_result_tokens_p95")):
+        runs = [r for r in rows if r["status"] in ("ok", "truncated")]
+        if not runs:
+            assert q not in got
+            continue
+        warned = [budgets[r["budget"]] - r["result_tokens_before"] < r[col] for r in runs]
+        bound = [r["status"] == "truncated" for r in runs]
+        assert (got[q].runs, got[q].warned, got[q].bound) == (len(runs), sum(warned), sum(bound))
+        assert got[q].hits == sum(w and b for w, b in zip(warned, bound))

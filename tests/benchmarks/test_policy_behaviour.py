@@ -7,23 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bapsql.rollout.runner import evaluate
-from tests.policies.minibench import build_minibench
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import policy_behaviour  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("BAPSQL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    bench = build_minibench(tmp_path_factory.mktemp("bench"))
-    root = tmp_path_factory.mktemp("runs")
-    evaluate(bench, "dev", "workflow.estimate_rewrite", ["XS", "L"], [0], root / "er", limit=4)
-    evaluate(bench, "dev", "scripted.drafter@raw", ["XS"], [0], root / "raw", limit=4)
-    yield [str(root / "er"), str(root / "raw")]
-    mp.undo()
 
 
 def test_the_rows_count_estimates_warnings_rewrites_and_rejections_from_the_logs(runs):
