@@ -66,7 +66,7 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].most_common())
         wr = r["warned_runs"]
-        whole = "—" if wr is None or not wr.executed else f"{wr.statuses.get('ok', 0)} of {wr.executed}"
+        whole = "—" if wr is None or not wr.executed else f"{wr.admitted_whole} of {wr.executed}"
         lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
                      f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
                      f"| {r['recovered']:.0f} | {r['estimate_first']:.0f} | {r['warned']:.0f} | {r['rewrote']:.0f} "

@@ -18,13 +18,11 @@ import sys
 def rule_rows(run_dirs: list[str]):
     """`WarningRule` per (method, quantile) over the runs' turns, against the packaged ladder."""
     from bapsql.analysis.diagnostics import warning_rules
-    from bapsql.budgets import LEVELS, load_ladder
     from bapsql.logs.reader import read_turns
 
-    ladder = load_ladder()
     turns = read_turns(run_dirs, columns=["method", "budget", "action", "status", "result_tokens_before",
                                           "est_result_tokens_p50", "est_result_tokens_p95"])
-    return warning_rules(turns, {lv: ladder[lv].result_tokens for lv in LEVELS})
+    return warning_rules(turns)
 
 
 def render(rules) -> str:

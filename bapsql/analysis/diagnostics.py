@@ -67,12 +67,12 @@ class Coverage:
     preflight_rejected: int = 0
 
 
-def ladder_vm_steps() -> dict[str, int]:
-    """Level → VM-step budget of the packaged ladder (XS–L)."""
+def ladder_budgets(channel: str) -> dict[str, int]:
+    """Level → the packaged ladder's (XS–L) budget of ``channel`` (e.g. ``vm_steps``, ``result_tokens``)."""
     from bapsql.budgets import LEVELS, load_ladder
 
     ladder = load_ladder()
-    return {lv: ladder[lv].vm_steps for lv in LEVELS}
+    return {lv: getattr(ladder[lv], channel) for lv in LEVELS}
 
 
 def _stopped_actual(frame: pd.DataFrame, estimate: np.ndarray, caps: np.ndarray, stopped: np.ndarray) -> np.ndarray:
@@ -93,7 +93,7 @@ def estimator_coverage(turns: pd.DataFrame, vm_step_budgets: Mapping[str, int] |
     """Coverage per method (pooled) and per method × budget for every quantity that has any estimate (module
     docstring). ``vm_step_budgets``: level → VM-step budget (a cap-stopped run's cap comes from it; None: the
     packaged ladder's XS–L); levels not in it use the steps the run spent as the cap."""
-    budgets = dict(ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
+    budgets = dict(ladder_budgets("vm_steps") if vm_step_budgets is None else vm_step_budgets)
     status = turns["status"].astype(object) if "status" in turns else pd.Series(None, index=turns.index, dtype=object)
     execute = turns["action"].astype(object) == "execute_query"
     has_est = turns[[f"est_{q}_p95" for q in QUANTITIES]].notna().any(axis=1)
@@ -194,9 +194,14 @@ class WarnedExecutions:
     statuses: Mapping[str, int]
 
     @property
+    def admitted_whole(self) -> int:
+        """Warned queries executed as estimated and admitted whole (status ``ok``)."""
+        return self.statuses.get("ok", 0)
+
+    @property
     def whole_pct(self) -> float:
         """Of the warned queries executed as estimated, the percent admitted whole."""
-        return percent(self.statuses.get("ok", 0), self.executed)
+        return percent(self.admitted_whole, self.executed)
 
 
 def warned_executions(turns: pd.DataFrame) -> tuple[WarnedExecutions, ...]:
@@ -240,15 +245,16 @@ class WarningRule:
         return percent(self.hits, self.bound)
 
 
-def warning_rules(turns: pd.DataFrame, result_tokens: Mapping[str, int],
+def warning_rules(turns: pd.DataFrame, result_tokens: Mapping[str, int] | None = None,
                   quantiles: tuple[str, ...] = ("p50", "p95")) -> tuple[WarningRule, ...]:
-    """`WarningRule` per (method, quantile). ``result_tokens``: level → the level's result-token budget; what is
-    left at a turn is that less ``result_tokens_before`` (the shield's admissible figure can be lower still, when
+    """`WarningRule` per (method, quantile). ``result_tokens``: level → the level's result-token budget (None: the
+    packaged ladder's XS–L); what is left at a turn is that less ``result_tokens_before`` (the shield's admissible figure can be lower still, when
     the context is the tighter limit, so "bound" counts every truncation). Levels not in ``result_tokens`` and
     executions refused before running (rejected, error) are left out."""
+    result_tokens = dict(ladder_budgets("result_tokens") if result_tokens is None else result_tokens)
     runs = turns[(turns["action"] == "execute_query") & turns["status"].isin(("ok", "truncated"))
                  & turns["budget"].isin(list(result_tokens))]
-    left = runs["budget"].map(dict(result_tokens)).astype("float64") - runs["result_tokens_before"].astype("float64")
+    left = runs["budget"].map(result_tokens).astype("float64") - runs["result_tokens_before"].astype("float64")
     bound = runs["status"] == "truncated"
     out = []
     for q in quantiles:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bapsql.analysis.accumulate import EPISODE_INPUT, TURN_INPUT, EpisodeAccumulator, TurnAccumulator
-from bapsql.analysis.diagnostics import ladder_vm_steps
+from bapsql.analysis.diagnostics import ladder_budgets
 from bapsql.analysis.from_aggregates import AggregateSource
 from bapsql.analysis.load import (
     CORE_COLUMNS,
@@ -235,7 +235,7 @@ def scan_runs(run_dirs: Sequence[str | Path], *, console: Any = None, batch_rows
     episodes = _Normaliser(files, EPISODES_SCHEMA, SCAN_EPISODE_COLUMNS, EPISODE_COLUMNS, CORE_COLUMNS)
     turns = _Normaliser(files, TURNS_SCHEMA, SCAN_TURN_COLUMNS, TURN_COLUMNS, TURN_REQUIRED)
     acc = EpisodeAccumulator()
-    turn_acc = TurnAccumulator(ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
+    turn_acc = TurnAccumulator(ladder_budgets("vm_steps") if vm_step_budgets is None else vm_step_budgets)
     with Progress(console, "scanning episodes", _rows(files.episodes)) as bar:
         for batch in _coalesced(_scan(files.episodes, episodes, episodes.episodes, bar, batch_rows), batch_rows):
             acc.add(batch)
@@ -263,7 +263,7 @@ def aggregate_logs(logs: RunLogs, *, batch_rows: int = BATCH_ROWS,
     frame = ep.assign(**{c: None for c in EPISODE_INPUT if c not in ep})[list(EPISODE_INPUT)]
     for batch in pa.Table.from_pandas(frame, preserve_index=False).to_batches(batch_rows):
         acc.add(batch)
-    turn_acc = TurnAccumulator(ladder_vm_steps() if vm_step_budgets is None else vm_step_budgets)
+    turn_acc = TurnAccumulator(ladder_budgets("vm_steps") if vm_step_budgets is None else vm_step_budgets)
     if len(logs.turns):
         tu = logs.turns.assign(**{c: None for c in TURN_INPUT if c not in logs.turns})[list(TURN_INPUT)]
         for batch in pa.Table.from_pandas(tu, preserve_index=False).to_batches(batch_rows):
