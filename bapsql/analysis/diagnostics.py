@@ -248,9 +248,9 @@ class WarningRule:
 def warning_rules(turns: pd.DataFrame, result_tokens: Mapping[str, int] | None = None,
                   quantiles: tuple[str, ...] = ("p50", "p95")) -> tuple[WarningRule, ...]:
     """`WarningRule` per (method, quantile). ``result_tokens``: level → the level's result-token budget (None: the
-    packaged ladder's XS–L); what is left at a turn is that less ``result_tokens_before`` (the shield's admissible figure can be lower still, when
-    the context is the tighter limit, so "bound" counts every truncation). Levels not in ``result_tokens`` and
-    executions refused before running (rejected, error) are left out."""
+    packaged ladder's XS–L); what is left at a turn is that less ``result_tokens_before`` (the shield's admissible
+    figure can be lower still, when the context is the tighter limit, so "bound" counts every truncation). Levels
+    not in ``result_tokens`` and executions refused before running (rejected, error) are left out."""
     result_tokens = dict(ladder_budgets("result_tokens") if result_tokens is None else result_tokens)
     runs = turns[(turns["action"] == "execute_query") & turns["status"].isin(("ok", "truncated"))
                  & turns["budget"].isin(list(result_tokens))]
