@@ -20,10 +20,10 @@ SMOLLM2 = Path.home() / ".cache" / "bapsql" / "models" / "smollm2-135m-instruct"
 # are (a few pairs, one update of two groups of two, two evaluation tasks at XS). Every other key — the Ray
 # session, the remote learner, the vLLM engine with LoRA slots, the measured sync bounds, the stages — is the file's.
 CPU_TOY = {
-    "model.device": "cpu", "model.threads": 1, "model.learner_gpus": 0.0, "model.learner_cpus": 1,
+    "model.device": "cpu", "model.threads": 2, "model.learner_gpus": 0.0, "model.learner_cpus": 1,
     "lora.rank": 8, "lora.alpha": 16,
     "data.limit": 4,
-    "sft.export_pairs": 8, "sft.effective_batch": 4, "sft.micro_batch_tokens": 4096, "sft.max_length": 2048,
+    "sft.export_pairs": 4, "sft.effective_batch": 4, "sft.micro_batch_tokens": 4096, "sft.max_length": 2048,
     "sft.warmup_steps": 0, "sft.use_gpu": False, "sft.workflows": ["workflow.direct_aggregation"],
     "sft.budgets": ["XS"],
     "grpo.updates": 1, "grpo.max_new_tokens": 32, "grpo.micro_batch_tokens": 4096,
