@@ -3,7 +3,8 @@
 `_conjuncts`, `_in_subquery`, `_is_agg`).
 
 Contract: one predicate's selectivity comes from `bapsql.db.selectivity` (frequent values, quantiles, samples);
-``IN (list)`` sums equalities; ``IS NULL`` the null share; other predicates use fixed selectivities (`SEL_*`); OR is
+``LOWER(TRIM(col)) = v`` (a chain of ``LOWER`` / ``UPPER`` / ``TRIM`` over a column, compared with a literal) reads
+the column's statistics through the same fold (`folded_eq_sel`); ``IN (list)`` sums equalities; ``IS NULL`` the null share; other predicates use fixed selectivities (`SEL_*`); OR is
 inclusion–exclusion, NOT complements; an equi-join uses `join_sel` (frequent values joined value by value,
 containment for the rest). `Predicates.add_conjunct` records each AND-term as a `Conjunct` of its `Scope`
 (`bapsql.db.scope`), which combines them.
@@ -11,13 +12,14 @@ containment for the rest). `Predicates.add_conjunct` records each AND-term as a 
 
 from __future__ import annotations
 
-from typing import Any
+import string
+from typing import Any, Callable
 
 from sqlglot import exp
 
 from bapsql.db.scope import Conjunct, Scope, _lit
-from bapsql.db.selectivity import (SEL_LIKE, SEL_RANGE, ColRef, coerce, eq_sel, join_sel, like_sel, occupancy,
-                                   range_sel)
+from bapsql.db.selectivity import (SEL_LIKE, SEL_RANGE, ColRef, coerce, eq_sel, folded_eq_sel, join_sel, like_sel,
+                                   occupancy, range_sel)
 
 SEL_DEFAULT = 0.25
 SEL_EXISTS = 0.5
@@ -78,6 +80,12 @@ class Predicates:
                 f["equality_filters"] += 1
             elif not isinstance(e, exp.NEQ):
                 f["range_filters"] += 1
+            if col is None and isinstance(e, (exp.EQ, exp.NEQ)):
+                folded = self._folded_side(e, scope)
+                if folded is not None:
+                    fcol, fold, val = folded
+                    share = folded_eq_sel(fcol, val, fold)
+                    return share if isinstance(e, exp.EQ) else max(0.0, 1.0 - fcol.nullfrac - share)
             if col is None:
                 other = self._both_cols(e, scope)
                 if other is not None and other[0] is other[1]:  # t.a = t.a: true for every non-null a
@@ -139,6 +147,18 @@ class Predicates:
             return h[1] if h else None
         return None
 
+    def _folded_side(self, e: exp.Binary, scope: Scope) -> tuple[ColRef, Callable[[str], str], Any] | None:
+        """(column, fold, literal) when one side is a text fold of a column (`text_fold`) and the other a value."""
+        for side, other in ((e.this, e.expression), (e.expression, e.this)):
+            found = text_fold(side)
+            if found is None:
+                continue
+            col = self._column(found[0], scope)
+            ok, val = self.value_of(other, scope)
+            if col is not None and ok:
+                return col, found[1], val
+        return None
+
     def _both_cols(self, e: exp.Binary, scope: Scope) -> tuple[ColRef, ColRef] | None:
         a, b = self._column(e.this, scope), self._column(e.expression, scope)
         for side in (e.this, e.expression):
@@ -167,6 +187,40 @@ class Predicates:
 
 
 _NOVAL = object()
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_ASCII_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_TRIMS: dict[str | None, Callable[[str], str]] = {
+    None: lambda v: v.strip(" "), "BOTH": lambda v: v.strip(" "), "LEADING": lambda v: v.lstrip(" "),
+    "TRAILING": lambda v: v.rstrip(" ")}
+
+
+def text_fold(e: exp.Expression) -> tuple[exp.Column, Callable[[str], str]] | None:
+    """(the column, the fold as a function on text) for ``e`` a chain of ``LOWER``, ``UPPER`` and ``TRIM`` (spaces
+    only, no custom characters) over a column, as SQLite computes them (ASCII case folding); None otherwise."""
+    steps: list[Callable[[str], str]] = []
+    while True:
+        if isinstance(e, exp.Paren):
+            e = e.this
+        elif isinstance(e, exp.Lower):
+            steps.append(lambda v: v.translate(_ASCII_LOWER))
+            e = e.this
+        elif isinstance(e, exp.Upper):
+            steps.append(lambda v: v.translate(_ASCII_UPPER))
+            e = e.this
+        elif isinstance(e, exp.Trim) and e.args.get("expression") is None and e.args.get("position") in _TRIMS:
+            steps.append(_TRIMS[e.args.get("position")])
+            e = e.this
+        else:
+            break
+    if not steps or not isinstance(e, exp.Column):
+        return None
+
+    def fold(v: str) -> str:
+        for step in reversed(steps):  # innermost first
+            v = step(v)
+        return v
+
+    return e, fold
 
 
 def _int_arg(node: exp.Expression | None) -> int | None:

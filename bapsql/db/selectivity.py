@@ -3,7 +3,8 @@ one predicate on it, from catalog statistics.
 
 - ``col = v``: the value's frequency when it is a stored top value, else the remaining rows spread over the
   remaining distinct values (0 when the column's values are all known and v is not among them, exact catalogs
-  only; a sampled catalog says "too rare to be sampled": half a sample row);
+  only; a sampled catalog says "too rare to be sampled": half a sample row); ``LOWER(TRIM(col)) = v`` and other
+  text folds: the same over the folded top values;
 - ranges and ``LIKE 'p%'``: interpolation in the column's quantiles (of its majority kind); other ``LIKE`` patterns:
   the share of the catalog's sample values that match, smoothed towards `SEL_LIKE`;
 - equi-joins: frequent values joined value by value, the rest under the containment assumption;
@@ -16,9 +17,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from bapsql.db.catalog import ColumnStats, TableStats
+from bapsql.db.catalog import QUANTILE_LEVELS, ColumnStats, TableStats
 
 SEL_RANGE = 1 / 3
 SEL_LIKE = 0.1
@@ -105,18 +106,34 @@ def eq_sel(col: ColRef, val: Any) -> float:
     if val is None:
         return 0.0
     st = col.stats
-    nonnull = 1.0 - col.nullfrac
-    d = max(col.distinct, 1.0)
     if st is None or not st.top or col.base_rows <= 0:
-        return nonnull / d
+        return (1.0 - col.nullfrac) / max(col.distinct, 1.0)
     key = value_key(coerce(val, col.affinity))
     for v, c in st.top:
         if value_key(v) == key:
             return c / col.base_rows
-    rest_d = d - len(st.top)
+    return _untopped_share(col)
+
+
+def folded_eq_sel(col: ColRef, val: Any, fold: Callable[[str], str]) -> float:
+    """Share of rows with ``fold(col) = val`` for a text fold (``LOWER``, ``UPPER``, ``TRIM`` and compositions of
+    them, `bapsql.db.predicates`): the top values whose folded text is ``val``, else one distinct value's share of
+    the rest, as `eq_sel` (values the fold merges are few enough to be one distinct value)."""
+    if val is None:
+        return 0.0
+    st = col.stats
+    if st is None or not st.top or col.base_rows <= 0:
+        return (1.0 - col.nullfrac) / max(col.distinct, 1.0)
+    hits = sum(c for v, c in st.top if isinstance(v, str) and fold(v) == val)
+    return hits / col.base_rows if hits else _untopped_share(col)
+
+
+def _untopped_share(col: ColRef) -> float:
+    """Share of rows of one value that is not among the column's top values."""
+    rest_d = max(col.distinct, 1.0) - len(col.stats.top)
     if rest_d <= 0.5:  # every value is a top value and val is not one of them: absent, or too rare to be sampled
         return 0.0 if col.exact_distinct else 0.5 / max(col.sample_rows, 1.0)
-    rest_rows = max(col.base_rows * nonnull - sum(c for _, c in st.top), 0.0)
+    rest_rows = max(col.base_rows * (1.0 - col.nullfrac) - sum(c for _, c in col.stats.top), 0.0)
     return rest_rows / rest_d / col.base_rows
 
 
@@ -157,7 +174,8 @@ def join_sel(a: ColRef, b: ColRef) -> float:
 
 
 def cdf(col: ColRef, val: Any) -> float | None:
-    """Share of non-null values below ``val`` by quantile interpolation (None when not comparable)."""
+    """Share of non-null values below ``val`` by interpolation between the quantile boundaries at `QUANTILE_LEVELS`
+    (None when not comparable); inside a run of equal boundaries, the middle of their levels."""
     st = col.stats
     if st is None or not st.quantiles:
         return None
@@ -169,12 +187,12 @@ def cdf(col: ColRef, val: Any) -> float | None:
         return 0.0
     if val > q[-1]:
         return 1.0
-    n = len(q) - 1
-    for i in range(n):
+    lv = QUANTILE_LEVELS
+    for i in range(len(q) - 1):
         if q[i] <= val <= q[i + 1]:
             if num and q[i + 1] > q[i]:
-                return (i + (val - q[i]) / (q[i + 1] - q[i])) / n
-            return (i + 0.5) / n
+                return lv[i] + (lv[i + 1] - lv[i]) * (val - q[i]) / (q[i + 1] - q[i])
+            return (lv[i] + lv[i + 1]) / 2
     return 1.0
 
 

@@ -153,3 +153,24 @@ def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("BAPSQL_CACHE_DIR", str(tmp_path / "c"))
     assert catalog_cache.default_cache_dir() == tmp_path / "c"
     assert catalog_cache_path("x.sqlite").parent == tmp_path / "c" / "catalogs"
+
+
+def test_a_catalog_of_another_format_is_refused_so_the_cache_rebuilds_it(tmp_path):
+    """Quantile boundaries mean other levels in another catalog version: `Catalog.from_json` refuses it, and
+    `load_or_build_catalog` rebuilds a cache entry written by one."""
+    import json
+
+    from bapsql.db.catalog import CATALOG_VERSION, QUANTILE_LEVELS, Catalog
+    from bapsql.db.catalog_cache import catalog_cache_path, load_or_build_catalog
+    from tests.db.shop_db import build_shop
+
+    db = build_shop(tmp_path / "shop.sqlite")
+    cat = load_or_build_catalog(db, tmp_path / "cache")
+    amount = cat.table("orders").column("amount")
+    assert len(amount.quantiles) == len(QUANTILE_LEVELS) and list(amount.quantiles) == sorted(amount.quantiles)
+    old = {**cat.to_json(), "version": CATALOG_VERSION - 1}
+    with pytest.raises(ValueError, match="catalog format"):
+        Catalog.from_json(old)
+    cache = catalog_cache_path(db, tmp_path / "cache")
+    cache.write_text(json.dumps(old))
+    assert load_or_build_catalog(db, tmp_path / "cache").version == CATALOG_VERSION
