@@ -8,7 +8,8 @@ report p50/p95 coverage (share of actual <= p50 / <= p95) and the median p95/act
   the other, both ways, and pooled (every query is scored by factors that never saw its database);
 - ``packaged``: the shipped default (bapsql/resources/calibration.json).
 
-    python benchmarks/spider_coverage.py [--data ../shared/data/spider_train] [--limit N] [--write-default PATH]
+    python benchmarks/spider_coverage.py [--data ../shared/data/spider_train] [--limit N] [--target T]
+        [--write-default PATH]
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bapsql.db.calibration import (Calibration, Factors, QuantityCalibration, Sample, coverage, fit_calibration,
-                                   load_calibration)
+from bapsql.db.calibration import (Calibration, Factors, QuantityCalibration, Sample, coverage, coverage_targets,
+                                   fit_calibration, load_calibration)
 from bapsql.db.calibration_samples import collect_samples
 from bapsql.db.handle import default_counter, open_database
 
@@ -50,6 +51,27 @@ def gather(data: Path, limit: int | None, cache_dir: Path | None) -> tuple[list[
         skipped += len(sqls) - len(got)
         samples.extend(dataclasses.replace(s, db=db_id) for s in got)
     return samples, time.perf_counter() - t0, skipped
+
+
+# The packaged default's targets: rows at 0.99; result tokens and VM steps at 0.975, which keeps every held-out
+# coverage at or above the paper's 98.8 / 97.0 / 96.0 % while the token p95 of a filter is 3 times its point estimate
+# instead of 4 (0.99 everywhere covered 99 % of tokens: a p99 more than a p95; benchmarks/RESULTS.md, "Estimator").
+DEFAULT_TARGET = {"rows": 0.99, "result_tokens": 0.975, "vm_steps": 0.975}
+
+
+def parse_target(text: str) -> float | dict[str, float]:
+    """``0.99`` or ``rows=0.99,result_tokens=0.975,vm_steps=0.975`` (checked by `coverage_targets`)."""
+    try:
+        value = float(text) if "=" not in text else {
+            k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(",") if part.strip())}
+        coverage_targets(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--target {text!r}: {exc}") from exc
+    return value
+
+
+def target_text(target: float | dict[str, float]) -> str:
+    return str(target) if not isinstance(target, dict) else ",".join(f"{k}={v}" for k, v in target.items())
 
 
 def half(db: str) -> int:
@@ -78,7 +100,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "spider_train")
     ap.add_argument("--limit", type=int, default=None, help="only the first N questions")
-    ap.add_argument("--target", type=float, default=0.99, help="p95 target coverage used when fitting")
+    ap.add_argument("--target", type=parse_target, default=DEFAULT_TARGET,
+                    help="p95 target coverage used when fitting: one share (0.99) or one per quantity "
+                         "(rows=0.99,result_tokens=0.975,vm_steps=0.975, the default)")
     ap.add_argument("--cache-dir", type=Path, default=None, help="catalog cache (default $BAPSQL_CACHE_DIR)")
     ap.add_argument("--write-default", type=Path, default=None, help="write factors fitted on all databases here")
     args = ap.parse_args()
@@ -121,8 +145,8 @@ def main() -> None:
         cal = dataclasses.replace(
             everything, rows=tidy(everything.rows), result_tokens=tidy(everything.result_tokens),
             vm_steps=tidy(everything.vm_steps),
-            source=f"benchmarks/spider_coverage.py --target {args.target}: {len(samples)} gold queries of Spider "
-                   f"train_spider.json on {len(dbs)} training databases",
+            source=f"benchmarks/spider_coverage.py --target {target_text(args.target)}: {len(samples)} gold queries "
+                   f"of Spider train_spider.json on {len(dbs)} training databases",
             comment="Fitted by bapsql.db.calibration.fit_calibration: per quantity and shape class, p95 = the smallest "
                     "factor whose coverage on the fit set reaches target_coverage, p50 = the median actual/raw ratio. "
                     "rows and vm_steps factors multiply the raw estimate; the result_tokens p95 factor multiplies "

@@ -13,8 +13,9 @@ Factors are looked up by shape class (`SHAPES`), falling back to the quantity's 
 = the cap, rows and result tokens unknown). `coverage` counts it, for VM steps only, as a miss when the p50/p95 was
 below the cap and leaves it out when above (unknown); `fit_calibration` never fits on it.
 
-`fit_calibration(samples, target_coverage)` is pure. Per quantity and class, `fit_factor` picks f95 as the smallest
-factor reaching the target coverage on the fit set (an order statistic of actual / base), never below
+`fit_calibration(samples, target_coverage)` is pure. ``target_coverage`` is one share for every quantity or a mapping
+with one per quantity (`coverage_targets`). Per quantity and class, `fit_factor` picks f95 as the smallest
+factor reaching its target coverage on the fit set (an order statistic of actual / base), never below
 ``min_factor``, and f50 as the median ratio clipped to [0.5, 2]. The rows factors are fitted first; the token
 factor ``g`` is then fitted on (rows_p95 · t, actual − header) pairs. Capping by a valid upper bound never lowers
 coverage, so factors fitted on uncapped ratios keep it.
@@ -29,7 +30,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class Calibration:
     rows: QuantityCalibration = QuantityCalibration()
     result_tokens: QuantityCalibration = QuantityCalibration()
     vm_steps: QuantityCalibration = QuantityCalibration()
-    target_coverage: float = 0.95
+    target_coverage: float | dict[str, float] = 0.95  # one share for every quantity, or one per quantity
     source: str = ""
     comment: str = ""
 
@@ -197,21 +198,38 @@ def _by_shape(samples: Sequence[Sample], min_shape_samples: int, fit) -> Quantit
     return QuantityCalibration(fit(idx), by)
 
 
-def fit_calibration(samples: Sequence[Sample], *, target_coverage: float = 0.99, min_shape_samples: int = 40,
-                    min_factor: float = 1.0, source: str = "", comment: str = "") -> Calibration:
+def coverage_targets(target_coverage: float | Mapping[str, float]) -> dict[str, float]:
+    """{quantity: target share} from one share (every quantity) or a mapping naming each of `QUANTITIES` once;
+    ValueError naming the bad key or value otherwise."""
+    if isinstance(target_coverage, Mapping):
+        unknown = sorted(set(target_coverage) - set(QUANTITIES))
+        missing = [q for q in QUANTITIES if q not in target_coverage]
+        if unknown or missing:
+            raise ValueError(f"target_coverage: unknown quantities {unknown}, missing {missing}; give one share for "
+                             f"each of {list(QUANTITIES)} or a single number")
+        targets = {q: target_coverage[q] for q in QUANTITIES}
+    else:
+        targets = {q: target_coverage for q in QUANTITIES}
+    for q, v in targets.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.5 <= v < 1.0:
+            raise ValueError(f"target_coverage {q} must be in [0.5, 1), got {v!r}")
+    return {q: float(v) for q, v in targets.items()}
+
+
+def fit_calibration(samples: Sequence[Sample], *, target_coverage: float | Mapping[str, float] = 0.99,
+                    min_shape_samples: int = 40, min_factor: float = 1.0, source: str = "",
+                    comment: str = "") -> Calibration:
     """Fit a `Calibration` on ``samples`` (module docstring): per quantity a default (all samples) and, for every
-    shape class with at least ``min_shape_samples`` samples, its own factors."""
-    if not 0.5 <= target_coverage < 1.0:
-        raise ValueError(f"target_coverage must be in [0.5, 1), got {target_coverage}")
+    shape class with at least ``min_shape_samples`` samples, its own factors, each to its quantity's target."""
+    targets = coverage_targets(target_coverage)
     samples = [s for s in samples if not s.stopped]  # their actuals are unknown
-    kw = dict(target_coverage=target_coverage, min_factor=min_factor)
     raw_rows = np.array([s.raw.rows for s in samples], dtype=float)
     act_rows = np.array([s.rows for s in samples], dtype=float)
     exact = np.array([s.raw.rows_exact for s in samples], dtype=bool)
 
     def fit_rows(i):
         i = i[~exact[i]]  # exact counts are never scaled
-        return fit_factor(raw_rows[i], act_rows[i], **kw)
+        return fit_factor(raw_rows[i], act_rows[i], target_coverage=targets["rows"], min_factor=min_factor)
 
     rows = _by_shape(samples, min_shape_samples, fit_rows)
     partial = Calibration(rows=rows)
@@ -222,8 +240,9 @@ def fit_calibration(samples: Sequence[Sample], *, target_coverage: float = 0.99,
     act_tok = np.array([s.result_tokens for s in samples], dtype=float)
 
     def fit_tokens(i):
-        g = fit_factor(r95[i] * tpr[i], over_header[i], floor=tpr[i], **kw)
-        f50 = fit_factor(raw_tok[i], act_tok[i], floor=1.0, **kw).p50
+        g = fit_factor(r95[i] * tpr[i], over_header[i], floor=tpr[i], target_coverage=targets["result_tokens"],
+                       min_factor=min_factor)
+        f50 = fit_factor(raw_tok[i], act_tok[i], floor=1.0, min_factor=min_factor).p50
         return Factors(p50=f50, p95=max(g.p95, 1.0))
 
     raw_vm = np.array([s.raw.vm_steps for s in samples], dtype=float)
@@ -231,8 +250,10 @@ def fit_calibration(samples: Sequence[Sample], *, target_coverage: float = 0.99,
     return Calibration(
         rows=rows,
         result_tokens=_by_shape(samples, min_shape_samples, fit_tokens),
-        vm_steps=_by_shape(samples, min_shape_samples, lambda i: fit_factor(raw_vm[i], act_vm[i], **kw)),
-        target_coverage=target_coverage, source=source, comment=comment)
+        vm_steps=_by_shape(samples, min_shape_samples, lambda i: fit_factor(
+            raw_vm[i], act_vm[i], target_coverage=targets["vm_steps"], min_factor=min_factor)),
+        target_coverage=dict(targets) if isinstance(target_coverage, Mapping) else targets["rows"], source=source,
+        comment=comment)
 
 
 def coverage(samples: Iterable[Sample], calibration: Calibration) -> dict[str, dict[str, float]]:

@@ -105,6 +105,51 @@ def test_fit_calibration_by_shape_and_coverage():
         fit_calibration(samples, target_coverage=1.0)
 
 
+def _spread_samples(n=400, seed=1):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        r = float(rng.integers(1, 100))
+        act = round(r * float(rng.lognormal(0, 0.7)))
+        tokens = 4.0 + act * 2.0 * float(rng.uniform(0.8, 1.25)) if act else 0.0
+        out.append(sample("filter", r, act, tokens, 50.0 * r, 50.0 * r * float(rng.lognormal(0, 0.5))))
+    return out
+
+
+def test_a_target_per_quantity_fits_each_quantity_to_its_own_share():
+    """rows at 0.99 and VM steps at 0.9 are the single-target fits' rows and VM factors; the token factor, fitted on
+    the rows p95 of 0.99, is the 0.9-share order statistic of the same pairs (at most the 0.99 fit's); each held-in
+    coverage reaches its target; the targets are recorded."""
+    samples = _spread_samples()
+    targets = {"rows": 0.99, "result_tokens": 0.9, "vm_steps": 0.9}
+    cal = fit_calibration(samples, target_coverage=targets)
+    high, low = fit_calibration(samples, target_coverage=0.99), fit_calibration(samples, target_coverage=0.9)
+    assert cal.rows == high.rows and cal.vm_steps == low.vm_steps
+    assert cal.result_tokens.default.p95 <= high.result_tokens.default.p95
+    cov = coverage(samples, cal)
+    assert all(cov[q]["p95"] >= t for q, t in targets.items())
+    assert cal.target_coverage == targets and high.target_coverage == 0.99
+    # the slow reference for the token factor: the smallest g covering 90 % of (rows_p95 * t, actual - header)
+    r95 = [cal.rows_quantiles(s.raw)[1] for s in samples]
+    ratios = sorted(max(s.result_tokens - s.raw.header_tokens, 0.0) / max(p * s.raw.row_tokens, s.raw.row_tokens)
+                    for s, p in zip(samples, r95))
+    assert cal.result_tokens.default.p95 == pytest.approx(max(ratios[math.ceil(0.9 * len(ratios)) - 1], 1.0))
+
+
+@pytest.mark.parametrize("bad, match", [({"rows": 0.99}, "missing"), ({"rows": 0.99, "result_tokens": 0.9,
+                                        "vm_steps": 0.9, "tokens": 0.9}, "tokens"),
+                                       ({"rows": 0.99, "result_tokens": 1.0, "vm_steps": 0.9}, "result_tokens")])
+def test_a_bad_target_mapping_names_the_key(bad, match):
+    with pytest.raises(ValueError, match=match):
+        fit_calibration(_spread_samples(50), target_coverage=bad)
+
+
+def test_a_calibration_with_targets_per_quantity_round_trips(tmp_path):
+    cal = fit_calibration(_spread_samples(), target_coverage={"rows": 0.99, "result_tokens": 0.95, "vm_steps": 0.9})
+    cal.save(tmp_path / "cal.json")
+    assert load_calibration(tmp_path / "cal.json") == cal
+
+
 def test_packaged_default_loads_and_documents_itself():
     cal = load_calibration()
     assert cal.source and cal.comment
