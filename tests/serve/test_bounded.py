@@ -105,6 +105,9 @@ def test_a_closed_event_stream_cancels_its_episode_and_logs_it_as_cancelled(shop
             while b"\n\n" not in first:
                 first += resp.read1(4096)
             assert first.startswith(b"event: turn")
+            # the second turn's request must be in the engine (held there) before the client goes away: cancelled
+            # while still queued, it would be withdrawn before the engine saw it, and there would be nothing to abort
+            _wait(lambda: engine.in_flight() == 1)
             conn.sock.shutdown(socket.SHUT_RDWR)  # the client goes away while the second turn decodes
             resp.close()
             conn.close()
