@@ -58,8 +58,8 @@ JSONValue = int | float | str | None
 @dataclass(frozen=True)
 class ColumnStats:
     """Statistics of one column. ``top`` holds (value, count) pairs for skewed or low-cardinality columns;
-    ``quantiles`` holds the boundaries at `QUANTILE_LEVELS` of the majority kind of the non-null values (numbers or text,
-    whichever is more common, when it is at least half of them)."""
+    ``quantiles`` holds the boundaries at `QUANTILE_LEVELS` of the majority kind of the non-null values (numbers or
+    text, whichever is more common, when it is at least half of them)."""
 
     name: str
     type: str  # declared type ('' when none)

@@ -4,10 +4,11 @@
 
 Contract: one predicate's selectivity comes from `bapsql.db.selectivity` (frequent values, quantiles, samples);
 ``LOWER(TRIM(col)) = v`` (a chain of ``LOWER`` / ``UPPER`` / ``TRIM`` over a column, compared with a literal) reads
-the column's statistics through the same fold (`folded_eq_sel`); ``IN (list)`` sums equalities; ``IS NULL`` the null share; other predicates use fixed selectivities (`SEL_*`); OR is
-inclusion–exclusion, NOT complements; an equi-join uses `join_sel` (frequent values joined value by value,
-containment for the rest). `Predicates.add_conjunct` records each AND-term as a `Conjunct` of its `Scope`
-(`bapsql.db.scope`), which combines them.
+the column's statistics through the same fold (`folded_eq_sel`); ``IN (list)`` sums equalities; ``IS NULL`` the
+null share; other predicates use fixed selectivities (`SEL_*`); OR is inclusion–exclusion, NOT complements; an
+equi-join uses `join_sel` (frequent values joined value by value, containment for the rest).
+`Predicates.add_conjunct` records each AND-term as a `Conjunct` of its `Scope` (`bapsql.db.scope`), which combines
+them.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def test_affinity_coercion():
 
 @pytest.fixture(scope="module")
 def skewed(tmp_path_factory):
-    """13,000 prices with a long right tail (99 % within 6-30, 1 % spread over 30-53) and 400 cities written with stray case and
-    spaces, 10 of them frequent: the shapes of the embedded benchmark's long-list filters."""
+    """13,000 prices with a long right tail (99 % within 6-30, 1 % spread over 30-53) and 400 cities written with
+    stray case and spaces, 10 of them frequent: the shapes of the embedded benchmark's long-list filters."""
     import sqlite3
 
     path = tmp_path_factory.mktemp("skew") / "tickets.sqlite"
