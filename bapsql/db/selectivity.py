@@ -107,7 +107,7 @@ def eq_sel(col: ColRef, val: Any) -> float:
         return 0.0
     st = col.stats
     if st is None or not st.top or col.base_rows <= 0:
-        return (1.0 - col.nullfrac) / max(col.distinct, 1.0)
+        return _uniform_share(col)
     key = value_key(coerce(val, col.affinity))
     for v, c in st.top:
         if value_key(v) == key:
@@ -123,9 +123,15 @@ def folded_eq_sel(col: ColRef, val: Any, fold: Callable[[str], str]) -> float:
         return 0.0
     st = col.stats
     if st is None or not st.top or col.base_rows <= 0:
-        return (1.0 - col.nullfrac) / max(col.distinct, 1.0)
+        return _uniform_share(col)
     hits = sum(c for v, c in st.top if isinstance(v, str) and fold(v) == val)
     return hits / col.base_rows if hits else _untopped_share(col)
+
+
+def _uniform_share(col: ColRef) -> float:
+    """Share of rows of one value of a column without top values: its non-null rows spread evenly over its distinct
+    values."""
+    return (1.0 - col.nullfrac) / max(col.distinct, 1.0)
 
 
 def _untopped_share(col: ColRef) -> float:

@@ -198,21 +198,24 @@ def test_only_successes_and_given_tasks(minibench, mini_tasks, tmp_path):
     assert {r["task_id"] for r in rows} <= {t.task_id for t in few} and res.pairs == len(rows) >= 1
 
 
-def test_a_staged_slip_is_played_but_kept_out_of_the_loss(minibench, tmp_path):
+@pytest.mark.parametrize("level, tool", [("XS", "estimate_query"), ("L", "execute_query")])
+def test_a_staged_slip_is_played_but_kept_out_of_the_loss(minibench, tmp_path, level, tool):
     """``workflow.recover_from_error``: its first query names a column that does not exist; the error it gets, the
     schema, the gold query and the answer follow. The slip is in the prompt the model sees, never in its loss: no
-    per-turn row of its own, and mask 0 in the per-episode stream."""
+    per-turn row of its own, and mask 0 in the per-episode stream. On a tight budget (XS) the slip is estimated, as
+    every workflow's first query is there, and the error comes from the estimate; on L it is executed."""
     from bapsql.env.records import EnvOptions
 
     template = ChatTemplate.from_dir(DEFAULT_TOKENIZER_DIR)
-    kw = dict(workflows=("workflow.recover_from_error",), budgets=("XS",), env_options=EnvOptions(prompt_style="terse"))
+    kw = dict(workflows=("workflow.recover_from_error",), budgets=(level,), env_options=EnvOptions(prompt_style="terse"))
     turns = pq.read_table(export_sft(minibench, "train", 100, tmp_path / "t.parquet", **kw).path).to_pylist()
     eps = pq.read_table(export_sft(minibench, "train", 100, tmp_path / "e.parquet", per_episode=True,
                                    **kw).path).to_pylist()
     slipped = [e for e in eps if "no such column" in e["prompt"]]
     assert slipped, "no episode of the mini benchmark staged a slip"
     for e in slipped:
-        assert e["prompt"].count('"execute_query"') == 1  # the slip is the prompt's only query ...
+        queries = e["prompt"].count('"execute_query"') + e["prompt"].count('"estimate_query"')
+        assert queries == 1 and e["prompt"].count(f'"{tool}"') == 1  # the slip is the prompt's only query ...
         masked = template.decode([t for t, m in zip(e["input_ids"], e["loss_mask"]) if m])
         assert "no such column" not in masked and masked.startswith("<tool_call>")
         assert '"inspect_schema"' in masked.split("</tool_call>")[0]  # ... and the first trained call inspects
