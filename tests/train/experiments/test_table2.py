@@ -261,14 +261,14 @@ def test_smollm2_config_runs_the_prompting_rows_on_a_protocol_only_adapter():
 
 
 def test_smollm2_recover_variant_adds_recovery_episodes_and_nothing_else():
-    """table2_smollm2_recover.yaml: the nine workflows plus workflow.recover_from_error in BAP-SQL SFT; every other
-    setting, the protocol adapter's included, is table2_smollm2.yaml's."""
+    """table2_smollm2_recover.yaml: the nine workflows plus three slots of workflow.recover_from_error (a quarter of
+    the episodes) in BAP-SQL SFT; every other setting, the protocol adapter's included, is table2_smollm2.yaml's."""
     import dataclasses
 
     from bapsql.policies.registry import WORKFLOW_NAMES
 
     base, var = load_table2_config(SMOLLM2), load_table2_config(SMOLLM2.with_name("table2_smollm2_recover.yaml"))
-    assert var.train.sft.workflows == (*WORKFLOW_NAMES, "workflow.recover_from_error")
+    assert var.train.sft.workflows == (*WORKFLOW_NAMES, *["workflow.recover_from_error"] * 3)
     same = dataclasses.replace(var.train, name=base.train.name,
                                sft=dataclasses.replace(var.train.sft, workflows=None))
     assert same == base.train and var.protocol == base.protocol and var.train.name != base.train.name
