@@ -10,7 +10,8 @@ share whose first query-bearing action (``estimate_query`` or ``execute_query``)
 policy-visible estimator warning and, of those, the share that rewrote, and the share with a shield rejection (a query
 refused before it ran), all three from `bapsql.analysis.diagnostics.warning_flow`; of the warned queries that were
 then executed as estimated, how many the shield admitted whole (`warned_executions`: "a of b"; a warning that
-did not bind); then the failure kinds (counts).
+did not bind); of the queries an estimate said cannot run (an SQL error at the estimate), how many were then
+executed anyway ("a of b"); then the failure kinds (counts).
 Markdown on stdout.
 """
 
@@ -38,6 +39,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     estimated_first = set(first.index[first == "estimate_query"])
     flow = {(w.method, w.budget): w for w in warning_flow(eps)}
     warned_runs = {(w.method, w.budget): w for w in warned_executions(turns)}
+    refused_runs = {(w.method, w.budget): w for w in warned_executions(turns, turns["status"] == "error")}
     rows = []
     cells = sorted(eps.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
     for (method, budget), g in cells:
@@ -53,6 +55,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
             "rewrote": flow[(method, budget)].rewrite_given_warning_pct,
             "rejected": percent(flow[(method, budget)].rejected, len(g)),
             "warned_runs": warned_runs.get((method, budget)),
+            "refused_runs": refused_runs.get((method, budget)),
             "failures": Counter(f for f in g["failure"] if f),
         })
     return rows
@@ -61,16 +64,18 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
 def render(rows: list[dict]) -> str:
     head = ("| method | budget | episodes | success % | queries / ep | invalid / ep | evidence | inspect % "
             "| SQL error % | of those succeeded % | estimate first % | warned % | of those rewrote % | rejected % "
-            "| warned queries run: admitted whole | failures |")
-    lines = [head, "|" + "---|" * 16]
+            "| warned queries run: admitted whole | refused estimates: then run | failures |")
+    lines = [head, "|" + "---|" * 17]
     for r in rows:
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].most_common())
         wr = r["warned_runs"]
         whole = "—" if wr is None or not wr.executed else f"{wr.admitted_whole} of {wr.executed}"
+        rr = r["refused_runs"]
+        refused = "—" if rr is None else f"{rr.executed} of {rr.warned}"
         lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
                      f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
                      f"| {r['recovered']:.0f} | {r['estimate_first']:.0f} | {r['warned']:.0f} | {r['rewrote']:.0f} "
-                     f"| {r['rejected']:.0f} | {whole} | {fails} |")
+                     f"| {r['rejected']:.0f} | {whole} | {refused} | {fails} |")
     return "\n".join(lines)
 
 

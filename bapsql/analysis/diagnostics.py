@@ -204,12 +204,15 @@ class WarnedExecutions:
         return percent(self.admitted_whole, self.executed)
 
 
-def warned_executions(turns: pd.DataFrame) -> tuple[WarnedExecutions, ...]:
+def warned_executions(turns: pd.DataFrame, flagged: pd.Series | None = None) -> tuple[WarnedExecutions, ...]:
     """`WarnedExecutions` per (method, budget) over a turns table (columns run, episode_id, method, budget, turn,
     action, sql, status, warning); cells without a warned estimate are left out. A query is the same when its text
-    is (a rewrite is a different query: its turn is ``rewrite_query``, never counted here)."""
+    is (a rewrite is a different query: its turn is ``rewrite_query``, never counted here). ``flagged``: a boolean
+    Series over ``turns`` picking other estimates to follow instead of the warned ones, e.g. ``turns["status"] ==
+    "error"``: estimates that said the query cannot run (then ``warned`` counts those)."""
     cols = ["run", "episode_id", "sql"]
-    est = turns[(turns["action"] == "estimate_query") & turns["warning"].fillna(False).astype(bool)]
+    picked = turns["warning"].fillna(False).astype(bool) if flagged is None else flagged.fillna(False).astype(bool)
+    est = turns[(turns["action"] == "estimate_query") & picked]
     est = est.sort_values("turn").drop_duplicates(cols)[cols + ["method", "budget", "turn"]]
     runs = turns.loc[turns["action"] == "execute_query", cols + ["turn", "status"]]
     later = est.merge(runs, on=cols, suffixes=("", "_run"))

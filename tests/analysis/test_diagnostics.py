@@ -137,6 +137,22 @@ def test_warned_executions_follow_each_warned_query_to_its_first_later_run():
     assert (s.budget, s.warned, s.executed, dict(s.statuses), s.whole_pct) == ("S", 1, 1, {"rejected": 1}, 0.0)
 
 
+def test_flagged_picks_the_estimates_to_follow_e_g_the_refused_ones():
+    """``flagged=turns["status"] == "error"``: estimates that said the query cannot run, followed to the first later
+    run of the same text; warned estimates are then not counted."""
+    rows = [
+        _turn("e1", 1, "estimate_query", "bad", "error"), _turn("e1", 2, "execute_query", "bad", "error"),
+        _turn("e2", 1, "estimate_query", "bad", "error"), _turn("e2", 2, "inspect_schema"),
+        _turn("e2", 3, "execute_query", "good", "ok"),
+        _turn("e3", 1, "estimate_query", "q", "ok", True), _turn("e3", 2, "execute_query", "q", "ok"),
+    ]
+    turns = turns_table(rows).to_pandas()
+    (xs,) = warned_executions(turns, turns["status"] == "error")
+    assert (xs.warned, xs.executed, dict(xs.statuses)) == (2, 1, {"error": 1})
+    (warned,) = warned_executions(turns)
+    assert (warned.warned, warned.executed, dict(warned.statuses)) == (1, 1, {"ok": 1})
+
+
 @given(hst.lists(hst.tuples(hst.integers(0, 2), hst.sampled_from(["estimate_query", "execute_query", "answer"]),
                             hst.sampled_from(["a", "b"]), hst.booleans(),
                             hst.sampled_from(["ok", "truncated", "rejected", "error"])), max_size=25))
