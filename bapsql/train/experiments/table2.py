@@ -32,6 +32,10 @@ Config (``configs/experiments/table2_cpu.yaml``)::
     prompting_conditions: [raw, dashboard, adaptive_posthoc]
     reference_condition: dashboard     # the prompting row Table 2 is compared against
     quick: {...}                       # the --quick preset: keys merged over this document (train.* included)
+
+A variant file may start with ``extends: table2_smollm2.yaml`` (a path relative to it): every key of that experiment
+file, ``quick:`` included, merged under the variant's, mappings key by key, lists and values replaced; each file's
+``train.extends`` stays relative to the file that wrote it.
 """
 
 from __future__ import annotations
@@ -182,13 +186,35 @@ class _Rest:
     protocol: ProtocolSettings | None = None
 
 
+def _read_experiment(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The experiment file's mapping with its top-level ``extends:`` parent merged underneath (module docstring);
+    every ``train.extends`` made absolute against the folder of the file that wrote it."""
+    p = path.resolve()
+    if p in seen:
+        raise ConfigError(f"{path}: extends forms a cycle")
+    if not p.is_file():
+        where = f"{seen[-1]}: extends" if seen else "config"
+        raise ConfigError(f"{where}: no experiment file at {path}")
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    raw = dict(raw)
+    parent = raw.pop("extends", None)
+    train = raw.get("train")
+    if isinstance(train, dict) and isinstance(train.get("extends"), str):
+        raw["train"] = {**train, "extends": str(p.parent / train["extends"])}
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: expected a path to another experiment file")
+    return _deep_merge(_read_experiment(p.parent / parent, (*seen, p)), raw)
+
+
 def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | None = None) -> Table2Config:
     """Load the experiment strictly (unknown keys name themselves), the ``quick:`` preset validated too; with
     ``quick`` return the preset. ``out_dir`` overrides ``train.out_dir``."""
     p = Path(path)
-    raw = read_yaml(p)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level")
+    raw = _read_experiment(p)
     preset = raw.pop("quick", None)
     if preset is not None and not isinstance(preset, dict):
         raise ConfigError(f"{p}: quick: expected a mapping of the keys the preset changes")

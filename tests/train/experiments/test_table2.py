@@ -274,6 +274,57 @@ def test_smollm2_recover_variant_adds_recovery_episodes_and_nothing_else():
     assert same == base.train and var.protocol == base.protocol and var.train.name != base.train.name
 
 
+def test_smollm2_slips_variant_replays_the_shipped_bank_and_nothing_else():
+    """table2_smollm2_slips.yaml: table2_smollm2_recover.yaml with the recovery episodes playing issue 37's bank."""
+    rec = load_table2_config(SMOLLM2.with_name("table2_smollm2_recover.yaml"))
+    var = load_table2_config(SMOLLM2.with_name("table2_smollm2_slips.yaml"))
+    assert var.train.sft.slips == "configs/train/slips/cpu_learn_recover.jsonl" and (REPO / var.train.sft.slips).is_file()
+    same = dataclasses.replace(var.train, name=rec.train.name, sft=dataclasses.replace(var.train.sft, slips=None))
+    assert same == rec.train and var.protocol == rec.protocol
+    quick = load_table2_config(SMOLLM2.with_name("table2_smollm2_slips.yaml"), quick=True)
+    assert quick.train.name == "table2-smollm2-slips-quick" and quick.train.sft.slips == var.train.sft.slips
+
+
+def test_an_experiment_file_extends_another_from_its_own_folder(tmp_path):
+    """Top-level ``extends:``: the parent's keys (``quick:`` too) under the variant's, lists replaced, and the
+    parent's ``train.extends`` still relative to the parent's folder."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "t2.yaml").write_text(yaml.safe_dump({
+        "train": {"extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"), "name": "base", "monitor": {"kind": "none"}, "eval": {"budgets": ["XS", "S"]}},
+        "description": "the base", "quick": {"train": {"name": "base-quick", "grpo": {"updates": 1}}}}))
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(yaml.safe_dump({"extends": "base/t2.yaml", "train": {"name": "variant",
+                                       "eval": {"budgets": ["XS"]}}, "quick": {"train": {"name": "variant-quick"}}}))
+    base, var = load_table2_config(tmp_path / "base" / "t2.yaml"), load_table2_config(variant)
+    assert var.train.name == "variant" and var.train.eval.budgets == ("XS",) and var.description == "the base"
+    assert dataclasses.replace(var.train, name="base", eval=base.train.eval) == base.train
+    quick = load_table2_config(variant, quick=True)
+    assert quick.train.name == "variant-quick" and quick.train.grpo.updates == 1
+
+
+def test_train_extends_relative_to_the_parent_file(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "tiny.yaml").write_text(
+        (REPO / "configs" / "train" / "cpu_learn_tiny.yaml").read_text())
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "base.yaml").write_text(yaml.safe_dump(
+        {"train": {"extends": "../train/tiny.yaml", "name": "b", "monitor": {"kind": "none"}}}))
+    (tmp_path / "variant.yaml").write_text(yaml.safe_dump({"extends": "exp/base.yaml", "train": {"name": "v"}}))
+    assert load_table2_config(tmp_path / "variant.yaml").train.name == "v"
+
+
+@pytest.mark.parametrize("files,named", [
+    ({"a.yaml": {"extends": "b.yaml"}, "b.yaml": {"extends": "a.yaml"}}, "extends forms a cycle"),
+    ({"a.yaml": {"extends": "missing.yaml"}}, "extends: no experiment file at"),
+    ({"a.yaml": {"extends": ["b.yaml"]}}, "extends: expected a path to another experiment file"),
+])
+def test_bad_experiment_extends_is_named(tmp_path, files, named):
+    for name, doc in files.items():
+        (tmp_path / name).write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_table2_config(tmp_path / "a.yaml")
+
+
 @pytest.mark.parametrize("extra,named", [
     ({"prompting_model": "protocol"}, "protocol: set it exactly when"),
     ({"protocol": {"export_pairs": 6}}, "protocol: set it exactly when"),
