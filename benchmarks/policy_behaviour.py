@@ -12,6 +12,9 @@ refused before it ran), all three from `bapsql.analysis.diagnostics.warning_flow
 then executed as estimated, how many the shield admitted whole (`warned_executions`: "a of b"; a warning that
 did not bind); of the queries an estimate said cannot run (an SQL error at the estimate), how many were then
 executed anyway ("a of b"); then the failure kinds (counts).
+A second table (`after_errors`) follows every estimate or execution SQLite refused (status ``error``: e.g. "no such
+column") to the episode's next turn: the schema inspected, the refused query executed (the same text), another
+query, an invalid action, an answer or abstention, something else, or none (the episode ended there).
 Markdown on stdout.
 """
 
@@ -61,6 +64,47 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     return rows
 
 
+AFTER_ERROR = ("inspect_schema", "same query run", "another query", "invalid", "answer or abstain", "other", "ended")
+
+
+def _next_step(action, sql, next_action, next_sql) -> str:
+    """The `AFTER_ERROR` kind of the turn that followed a refused query (``next_action`` None: there was none)."""
+    if next_action is None or next_action != next_action:  # None or NaN: the episode ended
+        return "ended"
+    if next_action in ("estimate_query", "execute_query"):
+        return "same query run" if next_action == "execute_query" and next_sql == sql else "another query"
+    if next_action in ("inspect_schema", "invalid"):
+        return next_action
+    return "answer or abstain" if next_action in ("answer", "abstain") else "other"
+
+
+def after_errors(turns) -> list[dict]:
+    """One dict per (method, budget) with ``errors`` (estimates and executions SQLite refused) and, per
+    `AFTER_ERROR` kind, how many were followed by it; only cells with an error. ``turns``: a turns table (columns
+    run, episode_id, method, budget, turn, action, status, sql)."""
+    from bapsql.analysis.metrics import level_key
+
+    turns = turns.sort_values(["run", "episode_id", "turn"]).reset_index(drop=True)
+    nxt = turns.groupby(["run", "episode_id"], sort=False)[["action", "sql"]].shift(-1)
+    refused = turns["action"].isin(("estimate_query", "execute_query")) & (turns["status"] == "error")
+    kinds = [_next_step(a, q, na, nq) for a, q, na, nq in zip(turns.loc[refused, "action"], turns.loc[refused, "sql"],
+                                                              nxt.loc[refused, "action"], nxt.loc[refused, "sql"])]
+    errs = turns.loc[refused, ["method", "budget"]].assign(kind=kinds)
+    rows = []
+    for (method, budget), g in sorted(errs.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1]))):
+        counts = Counter(g["kind"])
+        rows.append({"method": method, "budget": budget, "errors": len(g), **{k: counts.get(k, 0) for k in AFTER_ERROR}})
+    return rows
+
+
+def render_after_errors(rows: list[dict]) -> str:
+    lines = ["| method | budget | refused queries | " + " | ".join(f"then {k}" for k in AFTER_ERROR) + " |",
+             "|" + "---|" * (3 + len(AFTER_ERROR))]
+    lines += [f"| {r['method']} | {r['budget']} | {r['errors']} | " + " | ".join(str(r[k]) for k in AFTER_ERROR) + " |"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def render(rows: list[dict]) -> str:
     head = ("| method | budget | episodes | success % | queries / ep | invalid / ep | evidence | inspect % "
             "| SQL error % | of those succeeded % | estimate first % | warned % | of those rewrote % | rejected % "
@@ -71,7 +115,7 @@ def render(rows: list[dict]) -> str:
         wr = r["warned_runs"]
         whole = "—" if wr is None or not wr.executed else f"{wr.admitted_whole} of {wr.executed}"
         rr = r["refused_runs"]
-        refused = "—" if rr is None else f"{rr.executed} of {rr.warned}"
+        refused = "—" if rr is None else f"{rr.executed} of {rr.flagged}"
         lines.append(f"| {r['method']} | {r['budget']} | {r['episodes']} | {r['success']:.1f} | {r['queries']:.2f} "
                      f"| {r['invalid']:.2f} | {r['evidence']:.2f} | {r['inspect']:.0f} | {r['sql_error']:.0f} "
                      f"| {r['recovered']:.0f} | {r['estimate_first']:.0f} | {r['warned']:.0f} | {r['rewrote']:.0f} "
@@ -83,3 +127,8 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     print(render(behaviour_rows(sys.argv[1:])))
+    print()
+    from bapsql.logs.reader import read_turns
+
+    print(render_after_errors(after_errors(read_turns(sys.argv[1:], columns=[
+        "run", "episode_id", "method", "budget", "turn", "action", "status", "sql"]))))

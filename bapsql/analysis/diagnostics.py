@@ -183,13 +183,14 @@ def warning_flow(episodes: pd.DataFrame) -> tuple[WarningFlow, ...]:
 
 @dataclass(frozen=True)
 class WarnedExecutions:
-    """What became of the queries a policy-visible estimate warned on, for one method × budget: ``warned`` such
-    (episode, SQL) pairs; ``executed`` of them run later in the episode as estimated (the first such run counts);
-    ``statuses``: that run's status → count (``ok``: admitted whole, so the warning did not bind)."""
+    """What became of the flagged estimates' queries, for one method × budget: ``flagged`` such (episode, SQL) pairs
+    (by default the estimates with a policy-visible warning; `warned_executions` can pick others); ``executed`` of
+    them run later in the episode as estimated (the first such run counts); ``statuses``: that run's status → count
+    (``ok``: admitted whole, so a warning did not bind)."""
 
     method: str
     budget: str
-    warned: int
+    flagged: int
     executed: int
     statuses: Mapping[str, int]
 
@@ -209,9 +210,9 @@ def warned_executions(turns: pd.DataFrame, flagged: pd.Series | None = None) -> 
     action, sql, status, warning); cells without a warned estimate are left out. A query is the same when its text
     is (a rewrite is a different query: its turn is ``rewrite_query``, never counted here). ``flagged``: a boolean
     Series over ``turns`` picking other estimates to follow instead of the warned ones, e.g. ``turns["status"] ==
-    "error"``: estimates that said the query cannot run (then ``warned`` counts those)."""
+    "error"``: estimates that said the query cannot run."""
     cols = ["run", "episode_id", "sql"]
-    picked = turns["warning"].fillna(False).astype(bool) if flagged is None else flagged.fillna(False).astype(bool)
+    picked = (turns["warning"] if flagged is None else flagged).fillna(False).astype(bool)
     est = turns[(turns["action"] == "estimate_query") & picked]
     est = est.sort_values("turn").drop_duplicates(cols)[cols + ["method", "budget", "turn"]]
     runs = turns.loc[turns["action"] == "execute_query", cols + ["turn", "status"]]

@@ -132,9 +132,9 @@ def test_warned_executions_follow_each_warned_query_to_its_first_later_run():
         _turn("e6", 2, "execute_query", "q", "rejected", budget="S"),
     ]
     xs, s = warned_executions(turns_table(rows).to_pandas())
-    assert (xs.budget, xs.warned, xs.executed, dict(xs.statuses)) == ("XS", 4, 2, {"ok": 1, "truncated": 1})
+    assert (xs.budget, xs.flagged, xs.executed, dict(xs.statuses)) == ("XS", 4, 2, {"ok": 1, "truncated": 1})
     assert xs.whole_pct == pytest.approx(50.0)
-    assert (s.budget, s.warned, s.executed, dict(s.statuses), s.whole_pct) == ("S", 1, 1, {"rejected": 1}, 0.0)
+    assert (s.budget, s.flagged, s.executed, dict(s.statuses), s.whole_pct) == ("S", 1, 1, {"rejected": 1}, 0.0)
 
 
 def test_flagged_picks_the_estimates_to_follow_e_g_the_refused_ones():
@@ -148,9 +148,9 @@ def test_flagged_picks_the_estimates_to_follow_e_g_the_refused_ones():
     ]
     turns = turns_table(rows).to_pandas()
     (xs,) = warned_executions(turns, turns["status"] == "error")
-    assert (xs.warned, xs.executed, dict(xs.statuses)) == (2, 1, {"error": 1})
+    assert (xs.flagged, xs.executed, dict(xs.statuses)) == (2, 1, {"error": 1})
     (warned,) = warned_executions(turns)
-    assert (warned.warned, warned.executed, dict(warned.statuses)) == (1, 1, {"ok": 1})
+    assert (warned.flagged, warned.executed, dict(warned.statuses)) == (1, 1, {"ok": 1})
 
 
 @given(hst.lists(hst.tuples(hst.integers(0, 2), hst.sampled_from(["estimate_query", "execute_query", "answer"]),
@@ -176,7 +176,7 @@ def test_warned_executions_match_a_slow_walk_over_each_episode(events):
     if not warned:
         assert got == {}
         return
-    assert got["XS"].warned == warned and dict(got["XS"].statuses) == statuses
+    assert got["XS"].flagged == warned and dict(got["XS"].statuses) == statuses
     assert got["XS"].executed == sum(statuses.values())
 
 

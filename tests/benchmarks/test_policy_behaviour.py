@@ -37,6 +37,33 @@ def test_the_rows_count_estimates_warnings_rewrites_and_rejections_from_the_logs
     assert rows[("scripted.drafter@raw", "XS")]["warned"] == 0.0
     # a warned draft that is rewritten is never run as estimated: warned queries, none executed
     er = rows[("workflow.estimate_rewrite@full", "XS")]["warned_runs"]
-    assert er.warned > 0 and er.executed == 0
+    assert er.flagged > 0 and er.executed == 0
     table = policy_behaviour.render(list(rows.values()))
     assert table.count("\n") == len(rows) + 1 and "estimate first %" in table
+
+
+def test_after_errors_names_the_turn_that_follows_each_refused_query():
+    from tests.analysis.helpers import turns_table
+
+    def turn(eid, n, action, sql=None, status=None, budget="XS"):
+        return dict(run="r", method="m", budget=budget, episode_id=eid, turn=n, action=action, sql=sql,
+                    status=status, warning=False)
+
+    rows = [
+        # e1: a refused estimate, then the same query run (refused again), then the schema inspected
+        turn("e1", 1, "estimate_query", "bad", "error"), turn("e1", 2, "execute_query", "bad", "error"),
+        turn("e1", 3, "inspect_schema"), turn("e1", 4, "execute_query", "good", "ok"), turn("e1", 5, "answer"),
+        # e2: a refused run, then an invalid action; then a refused run that ends the episode
+        turn("e2", 1, "execute_query", "bad", "error"), turn("e2", 2, "invalid"),
+        turn("e2", 3, "execute_query", "worse", "error"),
+        # e3 at S: a refused estimate, then another query; a truncated run is not an error
+        turn("e3", 1, "estimate_query", "bad", "error", "S"), turn("e3", 2, "estimate_query", "b2", "ok", "S"),
+        turn("e3", 3, "execute_query", "b2", "truncated", "S"), turn("e3", 4, "abstain", budget="S"),
+    ]
+    xs, s = policy_behaviour.after_errors(turns_table(rows).to_pandas())
+    assert (xs["budget"], xs["errors"], xs["same query run"], xs["inspect_schema"], xs["invalid"], xs["ended"]) == (
+        "XS", 4, 1, 1, 1, 1)
+    assert (s["budget"], s["errors"], s["another query"]) == ("S", 1, 1)
+    assert sum(s[k] for k in policy_behaviour.AFTER_ERROR) == s["errors"]
+    table = policy_behaviour.render_after_errors([xs, s])
+    assert table.count("\n") == 3 and "then same query run" in table
