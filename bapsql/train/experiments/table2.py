@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bapsql.config import flat_config, from_mapping, read_yaml
+from bapsql.config import flat_config, from_mapping
 from bapsql.errors import ConfigError
-from bapsql.train.config import TrainConfig, _deep_merge, resolve_extends
+from bapsql.train.config import TrainConfig, _deep_merge, _read_raw, resolve_extends
 from bapsql.train.experiments.protocol import ProtocolSettings, protocol_model_dir
 
 SEED_STAGES: tuple[str, ...] = ("pretrain", "protocol", "sft", "rl_full", "rl_sql", "eval")
@@ -186,35 +186,20 @@ class _Rest:
     protocol: ProtocolSettings | None = None
 
 
-def _read_experiment(path: Path, seen: tuple[Path, ...] = ()) -> dict:
-    """The experiment file's mapping with its top-level ``extends:`` parent merged underneath (module docstring);
-    every ``train.extends`` made absolute against the folder of the file that wrote it."""
-    p = path.resolve()
-    if p in seen:
-        raise ConfigError(f"{path}: extends forms a cycle")
-    if not p.is_file():
-        where = f"{seen[-1]}: extends" if seen else "config"
-        raise ConfigError(f"{where}: no experiment file at {path}")
-    raw = read_yaml(p)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    raw = dict(raw)
-    parent = raw.pop("extends", None)
+def _train_extends_absolute(raw: dict, folder: Path) -> dict:
+    """``raw`` with its ``train.extends`` made absolute against ``folder`` (the folder of the file that wrote it),
+    so that it still points there once a variant from another folder is merged over it."""
     train = raw.get("train")
     if isinstance(train, dict) and isinstance(train.get("extends"), str):
-        raw["train"] = {**train, "extends": str(p.parent / train["extends"])}
-    if parent is None:
-        return raw
-    if not isinstance(parent, str):
-        raise ConfigError(f"{path}: extends: expected a path to another experiment file")
-    return _deep_merge(_read_experiment(p.parent / parent, (*seen, p)), raw)
+        return {**raw, "train": {**train, "extends": str(folder / train["extends"])}}
+    return raw
 
 
 def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | None = None) -> Table2Config:
     """Load the experiment strictly (unknown keys name themselves), the ``quick:`` preset validated too; with
     ``quick`` return the preset. ``out_dir`` overrides ``train.out_dir``."""
     p = Path(path)
-    raw = _read_experiment(p)
+    raw = _read_raw(p, kind="experiment file", adjust=_train_extends_absolute)
     preset = raw.pop("quick", None)
     if preset is not None and not isinstance(preset, dict):
         raise ConfigError(f"{p}: quick: expected a mapping of the keys the preset changes")

@@ -315,7 +315,7 @@ def test_train_extends_relative_to_the_parent_file(tmp_path):
 
 @pytest.mark.parametrize("files,named", [
     ({"a.yaml": {"extends": "b.yaml"}, "b.yaml": {"extends": "a.yaml"}}, "extends forms a cycle"),
-    ({"a.yaml": {"extends": "missing.yaml"}}, "extends: no experiment file at"),
+    ({"a.yaml": {"extends": "missing.yaml"}}, "config file not found"),
     ({"a.yaml": {"extends": ["b.yaml"]}}, "extends: expected a path to another experiment file"),
 ])
 def test_bad_experiment_extends_is_named(tmp_path, files, named):
