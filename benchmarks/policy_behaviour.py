@@ -13,8 +13,8 @@ then executed as estimated, how many the shield admitted whole (`warned_executio
 did not bind); of the queries an estimate said cannot run (an SQL error at the estimate), how many were then
 executed anyway ("a of b"); then the failure kinds (counts).
 A second table (`after_errors`) follows every estimate or execution SQLite refused (status ``error``: e.g. "no such
-column") to the episode's next turn: the schema inspected, the refused query executed (the same text), another
-query, an invalid action, an answer or abstention, something else, or none (the episode ended there).
+column") to the episode's next turn: the schema inspected, the refused query again (the same text, estimated or
+executed), another query, an invalid action, an answer or abstention, something else, or none (the episode ended there).
 Markdown on stdout.
 """
 
@@ -64,7 +64,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     return rows
 
 
-AFTER_ERROR = ("inspect_schema", "same query run", "another query", "invalid", "answer or abstain", "other", "ended")
+AFTER_ERROR = ("inspect_schema", "same query again", "another query", "invalid", "answer or abstain", "other", "ended")
 
 
 def _next_step(action, sql, next_action, next_sql) -> str:
@@ -72,7 +72,7 @@ def _next_step(action, sql, next_action, next_sql) -> str:
     if next_action is None or next_action != next_action:  # None or NaN: the episode ended
         return "ended"
     if next_action in ("estimate_query", "execute_query"):
-        return "same query run" if next_action == "execute_query" and next_sql == sql else "another query"
+        return "same query again" if next_sql == sql else "another query"  # estimated or executed
     if next_action in ("inspect_schema", "invalid"):
         return next_action
     return "answer or abstain" if next_action in ("answer", "abstain") else "other"

@@ -56,14 +56,15 @@ def test_after_errors_names_the_turn_that_follows_each_refused_query():
         # e2: a refused run, then an invalid action; then a refused run that ends the episode
         turn("e2", 1, "execute_query", "bad", "error"), turn("e2", 2, "invalid"),
         turn("e2", 3, "execute_query", "worse", "error"),
-        # e3 at S: a refused estimate, then another query; a truncated run is not an error
+        # e3 at S: a refused estimate, then another query; a truncated run is not an error; e4: re-estimated
+        turn("e4", 1, "estimate_query", "bad", "error", "S"), turn("e4", 2, "estimate_query", "bad", "error", "S"),
         turn("e3", 1, "estimate_query", "bad", "error", "S"), turn("e3", 2, "estimate_query", "b2", "ok", "S"),
         turn("e3", 3, "execute_query", "b2", "truncated", "S"), turn("e3", 4, "abstain", budget="S"),
     ]
     xs, s = policy_behaviour.after_errors(turns_table(rows).to_pandas())
-    assert (xs["budget"], xs["errors"], xs["same query run"], xs["inspect_schema"], xs["invalid"], xs["ended"]) == (
+    assert (xs["budget"], xs["errors"], xs["same query again"], xs["inspect_schema"], xs["invalid"], xs["ended"]) == (
         "XS", 4, 1, 1, 1, 1)
-    assert (s["budget"], s["errors"], s["another query"]) == ("S", 1, 1)
+    assert (s["budget"], s["errors"], s["another query"], s["same query again"], s["ended"]) == ("S", 3, 1, 1, 1)
     assert sum(s[k] for k in policy_behaviour.AFTER_ERROR) == s["errors"]
     table = policy_behaviour.render_after_errors([xs, s])
-    assert table.count("\n") == 3 and "then same query run" in table
+    assert table.count("\n") == 3 and "then same query again" in table
