@@ -24,10 +24,16 @@ import sys
 from collections import Counter
 
 
+def _cells(frame) -> list:
+    """``frame``'s ((method, budget), rows) groups, methods in order and levels in ladder order."""
+    from bapsql.analysis.metrics import level_key
+
+    return sorted(frame.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
+
+
 def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     """One dict per (method, budget) with the figures the module docstring lists."""
     from bapsql.analysis.diagnostics import percent, warned_executions, warning_flow
-    from bapsql.analysis.metrics import level_key
     from bapsql.logs.reader import read_episodes, read_turns
 
     eps = read_episodes(run_dirs, columns=["episode_id", "method", "budget", "success", "queries",
@@ -44,8 +50,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
     warned_runs = {(w.method, w.budget): w for w in warned_executions(turns)}
     refused_runs = {(w.method, w.budget): w for w in warned_executions(turns, turns["status"] == "error")}
     rows = []
-    cells = sorted(eps.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1])))
-    for (method, budget), g in cells:
+    for (method, budget), g in _cells(eps):
         err = g[g["episode_id"].isin(errored)]
         rows.append({
             "method": method, "budget": budget, "episodes": len(g), "success": 100.0 * g["success"].mean(),
@@ -67,7 +72,7 @@ def behaviour_rows(run_dirs: list[str]) -> list[dict]:
 AFTER_ERROR = ("inspect_schema", "same query again", "another query", "invalid", "answer or abstain", "other", "ended")
 
 
-def _next_step(action, sql, next_action, next_sql) -> str:
+def _next_step(sql, next_action, next_sql) -> str:
     """The `AFTER_ERROR` kind of the turn that followed a refused query (``next_action`` None: there was none)."""
     if next_action is None or next_action != next_action:  # None or NaN: the episode ended
         return "ended"
@@ -82,16 +87,14 @@ def after_errors(turns) -> list[dict]:
     """One dict per (method, budget) with ``errors`` (estimates and executions SQLite refused) and, per
     `AFTER_ERROR` kind, how many were followed by it; only cells with an error. ``turns``: a turns table (columns
     run, episode_id, method, budget, turn, action, status, sql)."""
-    from bapsql.analysis.metrics import level_key
-
     turns = turns.sort_values(["run", "episode_id", "turn"]).reset_index(drop=True)
     nxt = turns.groupby(["run", "episode_id"], sort=False)[["action", "sql"]].shift(-1)
     refused = turns["action"].isin(("estimate_query", "execute_query")) & (turns["status"] == "error")
-    kinds = [_next_step(a, q, na, nq) for a, q, na, nq in zip(turns.loc[refused, "action"], turns.loc[refused, "sql"],
-                                                              nxt.loc[refused, "action"], nxt.loc[refused, "sql"])]
+    kinds = [_next_step(q, na, nq) for q, na, nq in zip(turns.loc[refused, "sql"], nxt.loc[refused, "action"],
+                                                        nxt.loc[refused, "sql"])]
     errs = turns.loc[refused, ["method", "budget"]].assign(kind=kinds)
     rows = []
-    for (method, budget), g in sorted(errs.groupby(["method", "budget"]), key=lambda kv: (kv[0][0], level_key(kv[0][1]))):
+    for (method, budget), g in _cells(errs):
         counts = Counter(g["kind"])
         rows.append({"method": method, "budget": budget, "errors": len(g), **{k: counts.get(k, 0) for k in AFTER_ERROR}})
     return rows

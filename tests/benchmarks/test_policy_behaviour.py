@@ -56,10 +56,11 @@ def test_after_errors_names_the_turn_that_follows_each_refused_query():
         # e2: a refused run, then an invalid action; then a refused run that ends the episode
         turn("e2", 1, "execute_query", "bad", "error"), turn("e2", 2, "invalid"),
         turn("e2", 3, "execute_query", "worse", "error"),
-        # e3 at S: a refused estimate, then another query; a truncated run is not an error; e4: re-estimated
-        turn("e4", 1, "estimate_query", "bad", "error", "S"), turn("e4", 2, "estimate_query", "bad", "error", "S"),
+        # e3 at S: a refused estimate, then another query; a truncated run is not an error
         turn("e3", 1, "estimate_query", "bad", "error", "S"), turn("e3", 2, "estimate_query", "b2", "ok", "S"),
         turn("e3", 3, "execute_query", "b2", "truncated", "S"), turn("e3", 4, "abstain", budget="S"),
+        # e4 at S: a refused estimate estimated again (the same query), refused again, and the episode ends
+        turn("e4", 1, "estimate_query", "bad", "error", "S"), turn("e4", 2, "estimate_query", "bad", "error", "S"),
     ]
     xs, s = policy_behaviour.after_errors(turns_table(rows).to_pandas())
     assert (xs["budget"], xs["errors"], xs["same query again"], xs["inspect_schema"], xs["invalid"], xs["ended"]) == (

@@ -290,7 +290,8 @@ def test_an_experiment_file_extends_another_from_its_own_folder(tmp_path):
     parent's ``train.extends`` still relative to the parent's folder."""
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "t2.yaml").write_text(yaml.safe_dump({
-        "train": {"extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"), "name": "base", "monitor": {"kind": "none"}, "eval": {"budgets": ["XS", "S"]}},
+        "train": {"extends": str(REPO / "configs" / "train" / "cpu_learn_tiny.yaml"), "name": "base",
+                  "monitor": {"kind": "none"}, "eval": {"budgets": ["XS", "S"]}},
         "description": "the base", "quick": {"train": {"name": "base-quick", "grpo": {"updates": 1}}}}))
     variant = tmp_path / "variant.yaml"
     variant.write_text(yaml.safe_dump({"extends": "base/t2.yaml", "train": {"name": "variant",
