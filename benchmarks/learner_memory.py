@@ -1,13 +1,22 @@
-"""Peak memory and time of one GRPO learner update on one long trajectory, with and without gradient checkpointing.
+"""Peak memory and time of one learner update, with and without gradient checkpointing.
 
-    python benchmarks/learner_memory.py --model DIR [--lengths 3000,6000] [--checkpointing off,on] [--threads 2]
+    python benchmarks/learner_memory.py --model DIR [--stage grpo|sft] [--lengths 3000,6000] [--batch 1]
+        [--micro-batch-tokens 2048] [--checkpointing off,on] [--repeats 1] [--threads 2]
 
 Each (length, checkpointing) case runs in a fresh child process, so its peak RSS is its own: the learner (LoRA rank
-16 on ``--model``, float32, CPU, the sampler's temperature 0.7 / top-p 0.95) scores one trajectory of ``length``
-random token ids whose last 300 are the policy's, then makes one GRPO update on it. Printed per case: the peak RSS of
-the process (GiB), the RSS before the update, and the update's seconds. The GRPO stage of
-``configs/experiments/table2_smollm2.yaml`` runs its learner in the process that holds vLLM's engine (9.9 GB), so
-the learner's share decides whether a long binding-mix trajectory (up to 8,128 tokens) fits in 23.5 GB.
+16 on ``--model``, float32, CPU) gets ``--batch`` sequences of ``length`` random token ids whose last 300 are the
+policy's (the loss mask), cut into micro-batches of ``--micro-batch-tokens`` padded tokens.
+
+- ``--stage grpo`` (default): the sampler's temperature 0.7 / top-p 0.95; the learner scores the sequences, then
+  makes one GRPO update on them. The GRPO stage of ``configs/experiments/table2_smollm2.yaml`` runs its learner in
+  the process that holds vLLM's engine (9.9 GB), so the learner's share decides whether a long binding-mix
+  trajectory (up to 8,128 tokens) fits in 23.5 GB.
+- ``--stage sft``: one SFT update (completion NLL at temperature 1), as the SFT and protocol stages make
+  (per-episode sequences of at most 2,048 tokens, micro-batches of 4,096 padded tokens), with no engine in the
+  process.
+
+With ``--repeats R`` > 1 a first update warms up and the next R are timed (their median is printed). Printed per
+case: the peak RSS of the process (GiB), the RSS before the first update, and the update's seconds.
 """
 
 from __future__ import annotations
@@ -20,10 +29,12 @@ import sys
 TAIL = 300  # policy tokens at the end of the trajectory (the loss mask's ones)
 
 
-def one_case(model: str, length: int, checkpointing: bool, threads: int) -> dict:
-    """Run in the child: build the learner, score, update; return the measurements."""
+def one_case(model: str, length: int, checkpointing: bool, threads: int, *, stage: str = "grpo", batch: int = 1,
+             micro_batch_tokens: int = 2048, repeats: int = 1) -> dict:
+    """Run in the child: build the learner, (score,) update; return the measurements."""
     import random
     import resource
+    import statistics
     import time
 
     import torch
@@ -33,21 +44,33 @@ def one_case(model: str, length: int, checkpointing: bool, threads: int) -> dict
     from bapsql.train.learner.core import Learner, Sample
 
     torch.set_num_threads(threads)
+    sampled = stage == "grpo"
     cfg = LearnerConfig(model_path=model, lora=LoraSpec(rank=16, alpha=32), optim=OptimConfig(lr=1e-5),
-                        micro_batch_tokens=2048, dtype="float32", device="cpu", threads=threads, seed=0,
-                        gradient_checkpointing=checkpointing, temperature=0.7, top_p=0.95)
+                        micro_batch_tokens=micro_batch_tokens, dtype="float32", device="cpu", threads=threads, seed=0,
+                        gradient_checkpointing=checkpointing, temperature=0.7 if sampled else 1.0,
+                        top_p=0.95 if sampled else 1.0)
     learner = Learner(cfg)
+    vocab = min(40_000, int(learner.model.config.vocab_size))
     rng = random.Random(0)
-    ids = tuple(rng.randrange(100, 40_000) for _ in range(length))
     mask = (0,) * (length - TAIL) + (1,) * TAIL
-    engine = tuple(float(v) for v in learner.token_logprobs([Sample(ids, mask)], masked_only=True)[0])
+    samples = [Sample(tuple(rng.randrange(100, vocab) for _ in range(length)), mask) for _ in range(batch)]
+    if sampled:
+        engine = learner.token_logprobs(samples, masked_only=True)
+        samples = [Sample(s.input_ids, mask, engine_logprobs=tuple(float(v) for v in e), advantage=1.0)
+                   for s, e in zip(samples, engine)]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    t0 = time.perf_counter()
-    learner.grpo_update([Sample(ids, mask, engine_logprobs=engine, advantage=1.0)], LossConfig())
-    seconds = time.perf_counter() - t0
+    seconds = []
+    for _ in range(1 + repeats if repeats > 1 else 1):
+        t0 = time.perf_counter()
+        if sampled:
+            learner.grpo_update(samples, LossConfig())
+        else:
+            learner.sft_update(samples)
+        seconds.append(time.perf_counter() - t0)
+    timed = seconds[1:] if repeats > 1 else seconds
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return {"length": length, "checkpointing": checkpointing, "peak_rss_gib": round(peak, 2),
-            "rss_before_update_gib": round(before, 2), "update_s": round(seconds, 1)}
+            "rss_before_update_gib": round(before, 2), "update_s": round(statistics.median(timed), 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,6 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", required=True, help="a transformers model folder (e.g. a run's sft/merged)")
     p.add_argument("--lengths", default="3000,6000", help="trajectory lengths in tokens, comma-separated")
     p.add_argument("--checkpointing", default="off,on", help="off, on or both (comma-separated)")
+    p.add_argument("--stage", choices=("grpo", "sft"), default="grpo", help="which update to time")
+    p.add_argument("--batch", type=int, default=1, help="sequences in the update")
+    p.add_argument("--micro-batch-tokens", type=int, default=2048, help="the learner's micro-batch (padded tokens)")
+    p.add_argument("--repeats", type=int, default=1, help="timed updates after a warm-up one (1: one, no warm-up)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -63,15 +90,21 @@ def main(argv: list[str] | None = None) -> None:
     if bad:
         p.error(f"--checkpointing: {bad} is not off or on")
     lengths = [int(x) for x in a.lengths.split(",")]
+    if min(lengths) <= TAIL or a.batch < 1 or a.repeats < 1:
+        p.error(f"--lengths must exceed the {TAIL} policy tokens; --batch and --repeats must be >= 1")
     if a.child:
-        print(json.dumps(one_case(a.model, lengths[0], modes[0] == "on", a.threads)))
+        print(json.dumps(one_case(a.model, lengths[0], modes[0] == "on", a.threads, stage=a.stage, batch=a.batch,
+                                  micro_batch_tokens=a.micro_batch_tokens, repeats=a.repeats)))
         return
-    print("| trajectory tokens | checkpointing | peak RSS (GiB) | RSS before the update (GiB) | update (s) |")
+    print(f"{a.stage} update, {a.batch} sequence(s) a case, micro-batches of {a.micro_batch_tokens} tokens")
+    print("| sequence tokens | checkpointing | peak RSS (GiB) | RSS before the update (GiB) | update (s) |")
     print("|---|---|---|---|---|")
     for length in lengths:
         for mode in modes:
             out = subprocess.run([sys.executable, __file__, "--child", "--model", a.model, "--lengths", str(length),
-                                  "--checkpointing", mode, "--threads", str(a.threads)],
+                                  "--checkpointing", mode, "--threads", str(a.threads), "--stage", a.stage,
+                                  "--batch", str(a.batch), "--micro-batch-tokens", str(a.micro_batch_tokens),
+                                  "--repeats", str(a.repeats)],
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"| {r['length']} | {mode} | {r['peak_rss_gib']} | {r['rss_before_update_gib']} | {r['update_s']} |",

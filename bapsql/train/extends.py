@@ -2,7 +2,7 @@
 relative to it) merged underneath, recursively; mappings merge key by key, lists and values replace, and a cycle of
 ``extends:`` is a `ConfigError`.
 
-`bapsql.train.config.load_train_config` reads training YAML through `_read_raw`;
+`bapsql.train.config.load_train_config` reads training YAML through `read_raw`;
 `bapsql.train.experiments.table2` reads experiment files through it too (a variant ``extends:`` another experiment
 file) and resolves their ``train:`` mappings with `resolve_extends`. The strict typed loading
 itself (`from_mapping`, `read_yaml`) is `bapsql.config`.
@@ -17,14 +17,16 @@ from bapsql.config import read_yaml
 from bapsql.errors import ConfigError
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged over ``base`` (neither modified): mappings key by key, recursively; lists and values
+    replace."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
-def _read_raw(path: Path, seen: tuple[Path, ...] = (), *, kind: str = "training config",
+def read_raw(path: Path, seen: tuple[Path, ...] = (), *, kind: str = "training config",
               adjust: Callable[[dict, Path], dict] | None = None) -> dict:
     """The YAML mapping of ``path`` with its ``extends:`` parent (a path relative to it) merged underneath.
     ``adjust(mapping, folder)``, when given, rewrites each file's own mapping first (``folder``: the file's), e.g.
@@ -43,11 +45,11 @@ def _read_raw(path: Path, seen: tuple[Path, ...] = (), *, kind: str = "training 
 def resolve_extends(raw: dict, base_dir: Path, seen: tuple[Path, ...] = (), *, where: str = "config",
                     kind: str = "training config", adjust: Callable[[dict, Path], dict] | None = None) -> dict:
     """``raw`` (a ``kind`` mapping) with its ``extends:`` parent (a path relative to ``base_dir``) merged
-    underneath, recursively (``adjust``: as in `_read_raw`); ``raw`` itself is not modified."""
+    underneath, recursively (``adjust``: as in `read_raw`); ``raw`` itself is not modified."""
     raw = dict(raw)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     if not isinstance(parent, str):
         raise ConfigError(f"{where}: extends: expected a path to another {kind}")
-    return _deep_merge(_read_raw(base_dir / parent, seen, kind=kind, adjust=adjust), raw)
+    return deep_merge(read_raw(base_dir / parent, seen, kind=kind, adjust=adjust), raw)

@@ -157,3 +157,23 @@ def test_a_grpo_schedule_spans_every_optimizer_step_of_the_run():
     assert from_mapping(TrainConfig, raw).learner_config("m", "sft", seed=0, total_steps=5).optim.total_steps == 5
     with pytest.raises(ConfigError, match="grpo.schedule"):
         from_mapping(TrainConfig, {"name": "x", "model": {"base": "m"}, "grpo": {"schedule": "step"}})
+
+
+def test_each_stage_may_set_its_own_gradient_checkpointing():
+    """``sft.gradient_checkpointing`` / ``grpo.gradient_checkpointing`` override ``model.gradient_checkpointing``
+    for that stage's learner (SFT's short sequences fit without it, GRPO's long trajectories may not); null keeps
+    the model's; a non-boolean is refused with its key."""
+    from bapsql.config import from_mapping
+    from bapsql.train.config import TrainConfig
+
+    def stages(**sections):
+        cfg = from_mapping(TrainConfig, {"name": "x", **sections})
+        return tuple(cfg.learner_config("m", s, seed=0, total_steps=1).gradient_checkpointing for s in ("sft", "grpo"))
+
+    assert stages(model={"base": "m"}) == (False, False)
+    assert stages(model={"base": "m", "gradient_checkpointing": True}) == (True, True)
+    assert stages(model={"base": "m", "gradient_checkpointing": True}, sft={"gradient_checkpointing": False}) == (
+        False, True)
+    assert stages(model={"base": "m"}, grpo={"gradient_checkpointing": True}) == (False, True)
+    with pytest.raises(ConfigError, match="sft.gradient_checkpointing"):
+        from_mapping(TrainConfig, {"name": "x", "model": {"base": "m"}, "sft": {"gradient_checkpointing": "on"}})

@@ -110,7 +110,8 @@ RECIPE_KEYS: dict[str, tuple[str, ...]] = {"protocol": _SFT_RECIPE, "sft": _SFT_
 # keys inside those that leave what a stage makes as it is: where it runs, how it fits in memory, what it logs, and
 # grpo.updates, whose growth a finished GRPO stage resumes (`_rl_step`)
 RECIPE_NEUTRAL: frozenset[str] = frozenset({"sft.num_workers", "sft.use_gpu", "sft.strategy", "sft.micro_batch_tokens",
-                                            "grpo.updates", "grpo.micro_batch_tokens", "grpo.log_drift"})
+                                            "sft.gradient_checkpointing", "grpo.updates", "grpo.micro_batch_tokens",
+                                            "grpo.gradient_checkpointing", "grpo.log_drift"})
 LEDGER_RECIPES: tuple[str, ...] = ("protocol", "sft")  # whose recipe stages.json keeps (GRPO's: its start.json)
 
 

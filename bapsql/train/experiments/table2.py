@@ -48,8 +48,9 @@ from typing import Any, Literal
 
 from bapsql.config import flat_config, from_mapping
 from bapsql.errors import ConfigError
-from bapsql.train.config import TrainConfig, _deep_merge, _read_raw, resolve_extends
+from bapsql.train.config import TrainConfig
 from bapsql.train.experiments.protocol import ProtocolSettings, protocol_model_dir
+from bapsql.train.extends import deep_merge, read_raw, resolve_extends
 
 SEED_STAGES: tuple[str, ...] = ("pretrain", "protocol", "sft", "rl_full", "rl_sql", "eval")
 STAGES: tuple[str, ...] = SEED_STAGES + ("report",)
@@ -187,11 +188,15 @@ class _Rest:
 
 
 def _train_extends_absolute(raw: dict, folder: Path) -> dict:
-    """``raw`` with its ``train.extends`` made absolute against ``folder`` (the folder of the file that wrote it),
-    so that it still points there once a variant from another folder is merged over it."""
+    """``raw`` with its ``train.extends`` and its ``quick.train.extends`` made absolute against ``folder`` (the
+    folder of the file that wrote them), so that they still point there once a variant from another folder is
+    merged over it."""
     train = raw.get("train")
     if isinstance(train, dict) and isinstance(train.get("extends"), str):
-        return {**raw, "train": {**train, "extends": str(folder / train["extends"])}}
+        raw = {**raw, "train": {**train, "extends": str(folder / train["extends"])}}
+    quick = raw.get("quick")
+    if isinstance(quick, dict) and isinstance(quick.get("train"), dict):
+        raw = {**raw, "quick": _train_extends_absolute(quick, folder)}
     return raw
 
 
@@ -199,7 +204,7 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
     """Load the experiment strictly (unknown keys name themselves), the ``quick:`` preset validated too; with
     ``quick`` return the preset. ``out_dir`` overrides ``train.out_dir``."""
     p = Path(path)
-    raw = _read_raw(p, kind="experiment file", adjust=_train_extends_absolute)
+    raw = read_raw(p, kind="experiment file", adjust=_train_extends_absolute)
     preset = raw.pop("quick", None)
     if preset is not None and not isinstance(preset, dict):
         raise ConfigError(f"{p}: quick: expected a mapping of the keys the preset changes")
@@ -208,7 +213,7 @@ def load_table2_config(path: str | Path, *, quick: bool = False, out_dir: str | 
         if quick:
             raise ConfigError(f"{p}: --quick: this config has no quick: preset")
         return full
-    merged = _deep_merge(raw, preset)
+    merged = deep_merge(raw, preset)
     small = _build(merged, p.parent, f"{p} (quick)", out_dir)
     before, after = flat_config(full.train), flat_config(small.train)
     reduced = tuple(f"train.{k}: {before.get(k)} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v)

@@ -272,8 +272,8 @@ def test_a_stage_whose_settings_changed_is_redone_and_placement_or_memory_keys_a
         record_attempt(stages_path(cfg, 0), stage, "run", 1.0, True, stage_recipe(cfg, stage))
     assert plan_stages(cfg, 0)["sft"] == "reuse" and "sft.lr" in stage_recipe(cfg, "sft")
     # where a stage runs, how it fits memory, what it logs and grpo.updates (a resume) change nothing it makes
-    same = _cfg(tmp_path, updates=1, sft={"num_workers": 2, "micro_batch_tokens": 999},
-                grpo={"log_drift": True, "micro_batch_tokens": 777})
+    same = _cfg(tmp_path, updates=1, sft={"num_workers": 2, "micro_batch_tokens": 999, "gradient_checkpointing": True},
+                grpo={"log_drift": True, "micro_batch_tokens": 777, "gradient_checkpointing": True})
     assert {s: a for s, a in plan_stages(same, 0).items() if s not in ("pretrain", "eval")} == {
         "protocol": "reuse", "sft": "reuse", "rl_full": "reuse", "rl_sql": "reuse"}
     # a GRPO setting: the GRPO stages only (their start.json holds the config they last ran with)

@@ -314,6 +314,23 @@ def test_train_extends_relative_to_the_parent_file(tmp_path):
     assert load_table2_config(tmp_path / "variant.yaml").train.name == "v"
 
 
+def test_a_parents_quick_train_extends_stays_relative_to_the_parent(tmp_path):
+    """A ``quick:`` preset in the parent that names its own training config finds it from the parent's folder,
+    not from the variant's."""
+    (tmp_path / "train").mkdir()
+    tiny = (REPO / "configs" / "train" / "cpu_learn_tiny.yaml").read_text()
+    (tmp_path / "train" / "tiny.yaml").write_text(tiny)
+    (tmp_path / "train" / "tiny_quick.yaml").write_text(tiny + "\nseeds: [7]\n")
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "base.yaml").write_text(yaml.safe_dump(
+        {"train": {"extends": "../train/tiny.yaml", "name": "b", "monitor": {"kind": "none"}},
+         "quick": {"train": {"extends": "../train/tiny_quick.yaml", "grpo": {"updates": 1}}}}))
+    (tmp_path / "variant.yaml").write_text(yaml.safe_dump({"extends": "exp/base.yaml", "train": {"name": "v"}}))
+    quick = load_table2_config(tmp_path / "variant.yaml", quick=True)
+    assert quick.train.seeds == (7,) and quick.train.grpo.updates == 1 and quick.train.name == "v"
+    assert load_table2_config(tmp_path / "variant.yaml").train.seeds != (7,)
+
+
 @pytest.mark.parametrize("files,named", [
     ({"a.yaml": {"extends": "b.yaml"}, "b.yaml": {"extends": "a.yaml"}}, "extends forms a cycle"),
     ({"a.yaml": {"extends": "missing.yaml"}}, "config file not found"),
