@@ -1,11 +1,13 @@
 """Peak memory and time of one learner update, with and without gradient checkpointing.
 
     python benchmarks/learner_memory.py --model DIR [--stage grpo|sft] [--lengths 3000,6000] [--batch 1]
-        [--micro-batch-tokens 2048] [--checkpointing off,on] [--repeats 1] [--threads 2]
+        [--micro-batch-tokens 2048] [--checkpointing off,on] [--repeats 1] [--threads 2] [--pairs PARQUET]
 
 Each (length, checkpointing) case runs in a fresh child process, so its peak RSS is its own: the learner (LoRA rank
 16 on ``--model``, float32, CPU) gets ``--batch`` sequences of ``length`` random token ids whose last 300 are the
-policy's (the loss mask), cut into micro-batches of ``--micro-batch-tokens`` padded tokens.
+policy's (the loss mask), cut into micro-batches of ``--micro-batch-tokens`` padded tokens. ``--pairs`` (an SFT
+Parquet, e.g. a run's ``sft_pairs.parquet``) takes the first ``--batch`` of its sequences and loss masks instead
+(``--lengths`` is then ignored; the table shows their mean length).
 
 - ``--stage grpo`` (default): the sampler's temperature 0.7 / top-p 0.95; the learner scores the sequences, then
   makes one GRPO update on them. The GRPO stage of ``configs/experiments/table2_smollm2.yaml`` runs its learner in
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -30,7 +33,7 @@ TAIL = 300  # policy tokens at the end of the trajectory (the loss mask's ones)
 
 
 def one_case(model: str, length: int, checkpointing: bool, threads: int, *, stage: str = "grpo", batch: int = 1,
-             micro_batch_tokens: int = 2048, repeats: int = 1) -> dict:
+             micro_batch_tokens: int = 2048, repeats: int = 1, pairs: str | None = None) -> dict:
     """Run in the child: build the learner, (score,) update; return the measurements."""
     import random
     import resource
@@ -53,10 +56,18 @@ def one_case(model: str, length: int, checkpointing: bool, threads: int, *, stag
     vocab = min(40_000, int(learner.model.config.vocab_size))
     rng = random.Random(0)
     mask = (0,) * (length - TAIL) + (1,) * TAIL
-    samples = [Sample(tuple(rng.randrange(100, vocab) for _ in range(length)), mask) for _ in range(batch)]
+    if pairs is None:
+        samples = [Sample(tuple(rng.randrange(100, vocab) for _ in range(length)), mask) for _ in range(batch)]
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(pairs, columns=["input_ids", "loss_mask"]).slice(0, batch)
+        samples = [Sample(tuple(i), tuple(int(m) for m in k)) for i, k in
+                   zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist())]
+        length = round(sum(len(x.input_ids) for x in samples) / len(samples))
     if sampled:
         engine = learner.token_logprobs(samples, masked_only=True)
-        samples = [Sample(s.input_ids, mask, engine_logprobs=tuple(float(v) for v in e), advantage=1.0)
+        samples = [Sample(s.input_ids, s.loss_mask, engine_logprobs=tuple(float(v) for v in e), advantage=1.0)
                    for s, e in zip(samples, engine)]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     seconds = []
@@ -82,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences in the update")
     p.add_argument("--micro-batch-tokens", type=int, default=2048, help="the learner's micro-batch (padded tokens)")
     p.add_argument("--repeats", type=int, default=1, help="timed updates after a warm-up one (1: one, no warm-up)")
+    p.add_argument("--pairs", default=None, help="an SFT Parquet whose first --batch sequences to use")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -90,13 +102,20 @@ def main(argv: list[str] | None = None) -> None:
     if bad:
         p.error(f"--checkpointing: {bad} is not off or on")
     lengths = [int(x) for x in a.lengths.split(",")]
-    if min(lengths) <= TAIL or a.batch < 1 or a.repeats < 1:
-        p.error(f"--lengths must exceed the {TAIL} policy tokens; --batch and --repeats must be >= 1")
+    if a.pairs is not None:
+        if not os.path.isfile(a.pairs):
+            p.error(f"--pairs: no file {a.pairs} (an SFT Parquet, e.g. <run>/sft_pairs.parquet)")
+        lengths = lengths[:1]
+    elif min(lengths) <= TAIL:
+        p.error(f"--lengths must exceed the {TAIL} policy tokens")
+    if a.batch < 1 or a.repeats < 1:
+        p.error("--batch and --repeats must be >= 1")
     if a.child:
         print(json.dumps(one_case(a.model, lengths[0], modes[0] == "on", a.threads, stage=a.stage, batch=a.batch,
-                                  micro_batch_tokens=a.micro_batch_tokens, repeats=a.repeats)))
+                                  micro_batch_tokens=a.micro_batch_tokens, repeats=a.repeats, pairs=a.pairs)))
         return
-    print(f"{a.stage} update, {a.batch} sequence(s) a case, micro-batches of {a.micro_batch_tokens} tokens")
+    print(f"{a.stage} update, {a.batch} sequence(s) a case ({a.pairs or 'random ids'}), micro-batches of "
+          f"{a.micro_batch_tokens} tokens")
     print("| sequence tokens | checkpointing | peak RSS (GiB) | RSS before the update (GiB) | update (s) |")
     print("|---|---|---|---|---|")
     for length in lengths:
@@ -104,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
             out = subprocess.run([sys.executable, __file__, "--child", "--model", a.model, "--lengths", str(length),
                                   "--checkpointing", mode, "--threads", str(a.threads), "--stage", a.stage,
                                   "--batch", str(a.batch), "--micro-batch-tokens", str(a.micro_batch_tokens),
-                                  "--repeats", str(a.repeats)],
+                                  "--repeats", str(a.repeats), *(["--pairs", a.pairs] if a.pairs else [])],
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"| {r['length']} | {mode} | {r['peak_rss_gib']} | {r['rss_before_update_gib']} | {r['update_s']} |",

@@ -36,3 +36,22 @@ def test_lengths_that_leave_no_prompt_are_refused(capsys):
     with pytest.raises(SystemExit):
         learner_memory.main(["--model", "m", "--lengths", "200"])
     assert "--lengths must exceed" in capsys.readouterr().err
+
+
+def test_pairs_take_the_first_sequences_and_masks_of_an_sft_parquet(tiny, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [list(range(100, 100 + n)) for n in (50, 70, 90)]
+    masks = [[0] * (n - 10) + [1] * 10 for n in (50, 70, 90)]
+    pq.write_table(pa.table({"input_ids": ids, "loss_mask": masks}), tmp_path / "pairs.parquet")
+    r = learner_memory.one_case(tiny, 400, False, 1, stage="sft", batch=2, pairs=str(tmp_path / "pairs.parquet"))
+    assert r["length"] == 60  # the mean of the first two sequences, not --lengths
+    g = learner_memory.one_case(tiny, 400, False, 1, stage="grpo", batch=3, pairs=str(tmp_path / "pairs.parquet"))
+    assert g["length"] == 70 and g["update_s"] >= 0
+
+
+def test_a_missing_pairs_file_is_refused(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        learner_memory.main(["--model", "m", "--pairs", str(tmp_path / "none.parquet")])
+    assert "--pairs: no file" in capsys.readouterr().err
