@@ -136,7 +136,7 @@ class SFTSection:
     # `condition`); e.g. Table 2's protocol-only adapter plays raw, dashboard and adaptive_posthoc alike
     conditions: tuple[str, ...] = ()
     # recompute each layer in the backward pass instead of keeping its activations (null: model.gradient_checkpointing):
-    # the same gradients at about 1.3-1.4x the time, for sequences too long for memory
+    # the same gradients at about 1.3-1.5x the time, for sequences too long for memory
     gradient_checkpointing: bool | None = None
 
     def __post_init__(self) -> None:
