@@ -53,10 +53,10 @@ def one_case(model: str, length: int, checkpointing: bool, threads: int, *, stag
                         gradient_checkpointing=checkpointing, temperature=0.7 if sampled else 1.0,
                         top_p=0.95 if sampled else 1.0)
     learner = Learner(cfg)
-    vocab = min(40_000, int(learner.model.config.vocab_size))
-    rng = random.Random(0)
-    mask = (0,) * (length - TAIL) + (1,) * TAIL
     if pairs is None:
+        vocab = min(40_000, int(learner.model.config.vocab_size))
+        rng = random.Random(0)
+        mask = (0,) * (length - TAIL) + (1,) * TAIL
         samples = [Sample(tuple(rng.randrange(100, vocab) for _ in range(length)), mask) for _ in range(batch)]
     else:
         import pyarrow.parquet as pq
